@@ -1,0 +1,332 @@
+"""GPT-2, small enough to read in one sitting.
+
+The model follows nanoGPT (and so the seed article) module for module — token
+embedding ``wte``, learned position embedding ``wpe``, a stack of pre-LayerNorm
+blocks, a final LayerNorm and a language-model head tied to ``wte`` — with one
+deliberate difference: the MLP uses the tanh approximation of GELU, which is what
+OpenAI's GPT-2 (and Hugging Face's ``GPT2LMHeadModel``) compute.  With it, the
+public GPT-2 weights give the same logits here as there (see the oracle test).
+
+The forward pass optionally takes a :class:`gpt2k3.kv_cache.KVCache`; see
+chapter 2 of the book.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .kv_cache import KVCache, causal_mask
+
+__all__ = ["GPTConfig", "GPT", "generate", "trace_shapes"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Sizes of a GPT-2-style model.  Defaults are GPT-2 small with nanoGPT's padded vocabulary.
+
+    ``vocab_size`` 50304 is 50257 (GPT-2's BPE vocabulary) rounded up to a multiple
+    of 64, which nanoGPT uses for faster matmuls; the public checkpoints use 50257.
+    """
+
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "dropout":
+                if not 0.0 <= value < 1.0:
+                    raise ValueError(f"dropout must be in [0, 1), got {value!r}")
+            elif f.name == "bias":
+                if not isinstance(value, bool):
+                    raise ValueError(f"bias must be a bool, got {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{f.name} must be a positive int, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with one fused QKV projection (``c_attn``)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.update(layer, k, v)
+        dropout = self.attn_dropout if self.training else 0.0
+        if past == 0:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        elif T == 1:  # one new token sees the whole cache: no mask at all
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
+        else:  # a chunk after a non-empty cache: causal within the chunk, full over the past
+            mask = causal_mask(T, past, device=x.device)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network: ``n_embd -> 4 n_embd -> n_embd`` with GELU (tanh form)."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: ``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))``."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache=cache, layer=layer)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only GPT-2.  ``forward(idx)`` returns logits for every position."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        self.apply(self._init_weights)
+        # GPT-2's scaled init of the residual projections: std 0.02 / sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count (tied weights counted once).  ``non_embedding`` drops the
+        position embedding, as nanoGPT's reported figure does."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits ``(B, T, vocab_size)`` for token ids ``idx`` of shape ``(B, T)``.
+
+        With a ``cache``, ``idx`` holds only the new tokens: their positions start at
+        ``cache.length``, their keys and values are appended, and the cache pointer
+        moves by ``T``.
+        """
+        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
+                             f"{idx.dtype} of shape {tuple(idx.shape)}")
+        B, T = idx.shape
+        past = cache.length if cache is not None else 0
+        if T == 0:
+            raise ValueError("idx must hold at least one token (T >= 1)")
+        if past + T > self.config.block_size:
+            raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds "
+                             f"block_size={self.config.block_size}")
+        if cache is not None:
+            cache.check_room(T)
+        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, cache=cache, layer=layer)
+        if cache is not None:
+            cache.advance(T)
+        return self.lm_head(self.transformer.ln_f(x))
+
+    # -- loading the public GPT-2 layout ------------------------------------------------
+    _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    _BUFFERS = re.compile(r"\.attn\.(bias|masked_bias)$")  # mask buffers of older checkpoints
+
+    @classmethod
+    def from_hf_state_dict(cls, sd: dict, n_head: int = 12, dropout: float = 0.0) -> "GPT":
+        """Build a GPT from a state dict in the public GPT-2 layout (Hugging Face
+        ``GPT2LMHeadModel`` / ``GPT2Model``, with or without the ``transformer.`` prefix).
+
+        Every size but the head count is read off the tensors.  Hugging Face stores
+        the four projection weights as ``Conv1D`` with shape ``(in, out)``; they are
+        transposed into ``nn.Linear``'s ``(out, in)``.
+        """
+        sd = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
+              for k, v in sd.items()}
+        sd = {k: v for k, v in sd.items() if not cls._BUFFERS.search(k)}
+        for key in ("transformer.wte.weight", "transformer.wpe.weight"):
+            if key not in sd:
+                raise ValueError(f"sd is missing {key!r}: not a GPT-2 state dict")
+        vocab_size, n_embd = sd["transformer.wte.weight"].shape
+        block_size = sd["transformer.wpe.weight"].shape[0]
+        layers = {int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
+        if not layers or layers != set(range(max(layers) + 1)):
+            raise ValueError(f"sd must hold layers transformer.h.0..N-1, found {sorted(layers)}")
+        bias = "transformer.h.0.attn.c_attn.bias" in sd
+        config = GPTConfig(block_size=block_size, vocab_size=vocab_size, n_layer=len(layers),
+                           n_head=n_head, n_embd=n_embd, dropout=dropout, bias=bias)
+        model = cls(config)
+        head = sd.pop("lm_head.weight", None)
+        if head is not None and not torch.equal(head, sd["transformer.wte.weight"]):
+            raise ValueError("sd has an lm_head.weight that differs from wte: GPT-2 ties them")
+        own = model.state_dict()
+        new = {}
+        for k, v in sd.items():
+            if k not in own:
+                raise ValueError(f"sd has an unexpected key {k!r}")
+            if k.endswith(cls._CONV1D):
+                v = v.t()
+            if v.shape != own[k].shape:
+                raise ValueError(f"sd[{k!r}] has shape {tuple(v.shape)}, expected {tuple(own[k].shape)}")
+            new[k] = v
+        new["lm_head.weight"] = new["transformer.wte.weight"]
+        missing = set(own) - set(new)
+        if missing:
+            raise ValueError(f"sd is missing {sorted(missing)}")
+        model.load_state_dict(new)
+        return model.eval()
+
+
+@torch.no_grad()
+def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+             temperature: float = 1.0, top_k: int | None = None,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+    """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
+
+    ``temperature=0`` is greedy decoding (argmax); otherwise the next token is
+    sampled from ``softmax(logits / temperature)``, restricted to the ``top_k`` most
+    likely tokens when ``top_k`` is given.
+
+    Without a cache, every step runs the whole sequence through the model and keeps
+    only the last position's logits.  With ``use_cache=True`` the prompt is run
+    once (prefill) and every later step runs one token against a :class:`KVCache`.
+    Both give the same tokens (greedy) up to float rounding of the logits.
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    vocab = model.config.vocab_size
+    if top_k is not None and (not isinstance(top_k, int) or not 1 <= top_k <= vocab):
+        raise ValueError(f"top_k must be None or an int in [1, {vocab}], got {top_k!r}")
+    if idx.dim() != 2 or idx.shape[1] == 0:
+        raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
+    total = idx.shape[1] + max_new_tokens
+    if total > model.config.block_size:
+        raise ValueError(f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} exceeds "
+                         f"block_size={model.config.block_size}")
+    was_training = model.training
+    model.eval()
+    cache = None
+    if use_cache:
+        p = next(model.parameters())
+        cache = KVCache.for_model(model.config, batch=idx.shape[0], max_len=total,
+                                  dtype=p.dtype, device=p.device)
+    step_input = idx
+    for _ in range(max_new_tokens):
+        logits = model(step_input if use_cache else idx, cache=cache)[:, -1, :]
+        nxt = _pick(logits, temperature, top_k, generator)
+        idx = torch.cat((idx, nxt), dim=1)
+        step_input = nxt
+    model.train(was_training)
+    return idx
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int | None,
+          generator: torch.Generator | None) -> torch.Tensor:
+    """Choose the next token ``(B, 1)`` from last-position logits ``(B, V)``."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+@torch.no_grad()
+def trace_shapes(model: GPT, idx: torch.Tensor) -> list[tuple[str, tuple[int, ...]]]:
+    """Run ``model(idx)`` and record ``(stage, output shape)`` for each step of the
+    forward pass of the first block and the ends of the network (for chapter 1)."""
+    rows: list[tuple[str, tuple[int, ...]]] = [("token ids idx", tuple(idx.shape))]
+    t, h0 = model.transformer, model.transformer.h[0]
+    stages = [
+        (t.wte, "token embeddings wte(idx)"),
+        (t.wpe, "position embeddings wpe(pos)"),
+        (h0.ln_1, "block 0: ln_1(x)"),
+        (h0.attn.c_attn, "block 0: c_attn -> q, k, v packed"),
+        (h0.attn, "block 0: attention output"),
+        (h0.mlp.c_fc, "block 0: MLP c_fc (4x wider)"),
+        (h0.mlp, "block 0: MLP output"),
+        (h0, "block 0 output (residual stream)"),
+        (t.ln_f, "final ln_f"),
+        (model.lm_head, "logits"),
+    ]
+    handles = []
+    for module, label in stages:
+        def hook(_m, _inp, out, label=label):
+            rows.append((label, tuple(out.shape)))
+        handles.append(module.register_forward_hook(hook))
+    try:
+        model(idx)
+    finally:
+        for h in handles:
+            h.remove()
+    heads = (idx.shape[0], model.config.n_head, idx.shape[1], model.config.head_dim)
+    # q, k, v per head are views, not modules: insert their shape after c_attn
+    at = next(i for i, (label, _) in enumerate(rows) if label.startswith("block 0: c_attn"))
+    rows.insert(at + 1, ("block 0: q, k, v split into heads", heads))
+    rows.insert(at + 2, ("block 0: attention weights softmax(q k^T / sqrt(hs))",
+                         (idx.shape[0], model.config.n_head, idx.shape[1], idx.shape[1])))
+    return rows
