@@ -79,7 +79,9 @@ def _page_context(app, pagename, templatename, context, doctree):
     if scripts:
         seen, unique = set(), []
         for s in scripts:
-            key = (str(s), tuple(sorted((k, str(v)) for k, v in getattr(s, "attributes", {}).items())))
+            # an inline script is added once with filename None and once with "": same script
+            key = (str(getattr(s, "filename", s) or ""), getattr(s, "priority", 0),
+                   tuple(sorted((k, str(v)) for k, v in getattr(s, "attributes", {}).items())))
             if key not in seen:
                 seen.add(key)
                 unique.append(s)

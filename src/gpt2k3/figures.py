@@ -146,7 +146,7 @@ def decode_waste_counts(prompt_len: int, n_new: int) -> dict[str, list[int]]:
 
 
 def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 128, 256),
-                 active: int = 2) -> go.Figure:
+                 active: int = 0) -> go.Figure:
     """Decoding without a cache: per step, positions recomputed vs the one position used,
     and the running totals (quadratic vs linear); a slider over the generated length."""
     lengths = list(lengths)

@@ -17,35 +17,48 @@ from .accounting import ArchSpec
 from .archs import GPT2_SMALL
 from .figures import param_breakdown
 
-__all__ = ["explorer", "param_explorer"]
+__all__ = ["Explorer", "explorer", "param_explorer"]
+
+
+class Explorer(W.VBox):
+    """An ipywidgets box: controls on top, the rendered figure below.
+
+    ``current`` holds what is shown now: the object ``render`` returned, or the
+    message of the ``ValueError`` it raised (an explorer never shows a stale or
+    broken figure).
+    """
+
+    def __init__(self, controls: Mapping[str, W.ValueWidget], render: Callable[..., object],
+                 title: str = ""):
+        self.controls = dict(controls)
+        self.render = render
+        self.output = W.Output()
+        self.current: object = None
+        header = [W.HTML(f"<b>{title}</b>")] if title else []
+        row = W.HBox(list(self.controls.values()), layout=W.Layout(flex_flow="row wrap"))
+        super().__init__([*header, row, self.output])
+        for w in self.controls.values():
+            w.observe(self.redraw, names="value")
+        self.redraw()
+
+    def redraw(self, _change=None) -> None:
+        values = {name: w.value for name, w in self.controls.items()}
+        try:
+            self.current = self.render(**values)
+        except ValueError as err:
+            self.current = W.HTML(f"<b>Not a valid setting:</b> {err}")
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(self.current)
 
 
 def explorer(controls: Mapping[str, W.ValueWidget], render: Callable[..., object],
-             title: str = "") -> W.VBox:
-    """Controls on top, the output of ``render(**values)`` below, redrawn on every change.
-
-    A ``ValueError`` raised by ``render`` is shown as a message instead of a figure,
-    so an explorer never shows a stale or broken figure.
-    """
-    out = W.Output()
-
-    def redraw(_change=None):
-        values = {name: w.value for name, w in controls.items()}
-        with out:
-            out.clear_output(wait=True)
-            try:
-                display(render(**values))
-            except ValueError as err:
-                display(W.HTML(f"<b>Not a valid setting:</b> {err}"))
-
-    for w in controls.values():
-        w.observe(redraw, names="value")
-    redraw()
-    header = [W.HTML(f"<b>{title}</b>")] if title else []
-    return W.VBox([*header, W.HBox(list(controls.values()), layout=W.Layout(flex_flow="row wrap")), out])
+             title: str = "") -> Explorer:
+    """Controls on top, the output of ``render(**values)`` below, redrawn on every change."""
+    return Explorer(controls, render, title)
 
 
-def param_explorer(base: ArchSpec = GPT2_SMALL) -> W.VBox:
+def param_explorer(base: ArchSpec = GPT2_SMALL) -> Explorer:
     """Free n_layer / n_head / n_embd / vocab: where the parameters of any GPT-2-shaped model live.
 
     ``n_embd`` moves in steps of ``n_head`` so that it always divides into heads.

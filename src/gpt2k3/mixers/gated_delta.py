@@ -1,0 +1,84 @@
+r"""Gated DeltaNet and Kimi Delta Attention: the delta rule with a forgetting gate.
+
+The delta rule (:mod:`gpt2k3.mixers.delta`) can overwrite one association at a time but has no
+way to clear the state quickly. Gated DeltaNet (Yang, Kautz & Hatamizadeh, 2025) first decays the
+whole state by a data-dependent factor ``alpha_t in [0, 1]`` and then applies the delta rule to
+the decayed state:
+
+.. math::
+
+    S'_t = \operatorname{Diag}(\alpha_t)\, S_{t-1}, \qquad
+    u_t = \beta_t\,(v_t - k_t S'_t), \qquad
+    S_t = S'_t + k_t^\top u_t, \qquad
+    o_t = q_t S_t .
+
+Two gate shapes are supported, told apart by the shape of ``log_alpha``:
+
+* ``(B, H, T)`` -- **Gated DeltaNet**: one scalar per head and token, ``Diag(alpha_t) = alpha_t I``;
+* ``(B, H, T, Dk)`` -- **Kimi Delta Attention** (KDA, Kimi Linear, 2025): one factor per key
+  channel, i.e. per row of ``S``, so different "slots" of the memory fade at different rates.
+
+Gates are passed in log space, ``log_alpha = log(alpha) <= 0`` (``-inf`` is a full reset), which is
+how they are produced (e.g. ``-softplus(.)``) and what makes the chunked form stable: products of
+decays become sums of logs. With ``log_alpha = 0`` both forms are exactly DeltaNet, and a KDA gate
+that is equal across channels is exactly Gated DeltaNet.
+
+:func:`recurrent` is the definition token by token. :func:`chunkwise` is the WY / UT-transform
+algorithm of :mod:`gpt2k3.mixers.delta` with the decays threaded through it (the same shared core,
+``gpt2k3.mixers.delta._chunked``). It works with chunk-local cumulative log-decays and only
+ever exponentiates differences ``g_i - g_j`` with ``i >= j`` -- values ``<= 0`` -- masking the
+others *before* ``exp``, so it stays finite for ``T`` in the hundreds of thousands and for
+decays as strong as ``log_alpha = -20`` per token (where the decay over one chunk, ``e^{-1280}``,
+is far below the smallest float).
+"""
+
+from __future__ import annotations
+
+from .._validate import check_chunk_size, check_log_alpha, check_qkv
+from .delta import _chunked, _prepare, _recurrence
+
+__all__ = ["recurrent", "chunkwise"]
+
+
+def _prepare_gated(q, k, v, beta, log_alpha, state):
+    """Validate (including ``log_alpha``), cast, and bring the gate to shape ``(B, H, T, G)``."""
+    B, H, T, Dk, _ = check_qkv(q, k, v)
+    check_log_alpha(log_alpha, B, H, T, Dk)
+    _, odt, q, k, v, beta, S, log_alpha = _prepare(q, k, v, beta, state, extra=(log_alpha,))
+    if log_alpha.ndim == 3:  # Gated DeltaNet: one decay per head -> G = 1, broadcasts over Dk
+        log_alpha = log_alpha.unsqueeze(-1)
+    return odt, q, k, v, beta, log_alpha, S
+
+
+def recurrent(q, k, v, beta, log_alpha, state=None):
+    """Gated DeltaNet / KDA token by token: the definition (see the module docstring).
+
+    Args:
+        q, k: ``(B, H, T, Dk)``, already normalised; no hidden scale. v: ``(B, H, T, Dv)``.
+        beta: ``(B, H, T)`` write strengths.
+        log_alpha: log decay, ``<= 0``; ``(B, H, T)`` for Gated DeltaNet or ``(B, H, T, Dk)``
+            for Kimi Delta Attention.
+        state: optional ``(B, H, Dk, Dv)`` state from a previous call.
+
+    Returns:
+        ``(o, S)``: outputs ``(B, H, T, Dv)`` and the final state (compute dtype, >= float32).
+    """
+    odt, q, k, v, beta, log_alpha, S = _prepare_gated(q, k, v, beta, log_alpha, state)
+    o, S = _recurrence(q, k, v, beta, log_alpha, S)
+    return o.to(odt), S
+
+
+def chunkwise(q, k, v, beta, log_alpha, chunk_size: int = 64, state=None):
+    """Gated DeltaNet / KDA a chunk at a time; equals :func:`recurrent` for any ``T``.
+
+    Args:
+        q, k, v, beta, log_alpha, state: as in :func:`recurrent`.
+        chunk_size: tokens per chunk, a positive int; ``T`` need not be a multiple of it.
+
+    Returns:
+        ``(o, S)`` as in :func:`recurrent`.
+    """
+    chunk_size = check_chunk_size(chunk_size)
+    odt, q, k, v, beta, log_alpha, S = _prepare_gated(q, k, v, beta, log_alpha, state)
+    o, S = _chunked(q, k, v, beta, log_alpha, S, chunk_size)
+    return o.to(odt), S

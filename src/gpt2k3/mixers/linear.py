@@ -1,0 +1,227 @@
+r"""Causal linear attention (Katharopoulos et al., 2020) in three equivalent forms.
+
+Softmax attention weighs value ``v_s`` by ``exp(q_t . k_s)``. Linear attention replaces the
+exponential with a dot product of non-negative features, ``phi(q_t) . phi(k_s)`` (here
+``phi = elu1``, applied by the caller), which lets the sum be re-associated:
+
+.. math::
+
+    o_t = \frac{\sum_{s \le t} (q_t \cdot k_s)\, v_s}{q_t \cdot \sum_{s \le t} k_s + \varepsilon}
+        = \frac{q_t S_t}{q_t \cdot z_t + \varepsilon},
+    \qquad S_t = \sum_{s \le t} k_s^\top v_s \ (D_k \times D_v), \quad z_t = \sum_{s \le t} k_s.
+
+So the whole past fits in a fixed-size state ``(S, z)`` instead of a growing KV cache.
+
+Three forms compute the same thing:
+
+* :func:`parallel` -- the masked ``T x T`` score matrix, O(T^2) work, the "attention" view;
+* :func:`recurrent` -- token by token through the state, O(T) work: the definition;
+* :func:`chunkwise` -- the masked parallel form inside chunks of ``chunk_size`` tokens and the
+  recurrence between chunks: what fast kernels do.
+
+All take ``q, k`` *after* the feature map and apply no hidden ``1/sqrt(D)`` scale (the
+normalising denominator makes such a scale cancel anyway, up to the epsilon).
+
+**The epsilon.** ``eps`` (default ``EPS`` = ``1e-6``) is added to the denominator ``q_t . z_t`` and nowhere
+else. For non-negative features the denominator is a sum of non-negative terms, so it can only
+be zero when every ``q_t . k_s`` is zero -- and in floating point that happens: ``elu1`` is
+computed as ``elu(x) + 1 = (exp(x) - 1) + 1``, which rounds to exactly 0 once ``exp(x)`` drops
+below half the float32 spacing just under 1, i.e. for ``x`` below roughly ``-17`` (the exact
+threshold depends on the vectorised ``expm1`` in use; about ``-37`` in float64). Without the
+epsilon such features give ``0/0 = NaN``; with it they give 0. Otherwise it is negligible: with
+features of order one, ``q_t . z_t`` is of order ``t * D``. (flash-linear-attention uses
+``1e-10``; pass ``eps=1e-10`` to match it.) With ``normalize=False`` the functions return only
+the numerator ``q_t S_t`` -- the unnormalised variant used by later models and by
+flash-linear-attention's default -- and ``eps`` is unused.
+
+Because a negative feature could make the denominator cross zero, the normalised forms raise
+``ValueError`` when ``q`` or ``k`` has a negative entry: apply :func:`elu1` (or another
+non-negative feature map) first.
+
+:func:`seed_prefill` reproduces the one-shot prefill of the seed article, which sums ``k^T v``
+over *all* ``T`` tokens before reading and is therefore not causal; it exists so the book can
+show that bug next to the correct forms.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .._validate import (
+    check_chunk_size,
+    check_nonnegative,
+    check_qkv,
+    check_state,
+    compute_dtype,
+    output_dtype,
+)
+
+__all__ = ["EPS", "elu1", "parallel", "recurrent", "chunkwise", "seed_prefill"]
+
+#: Default epsilon added to the normalising denominator (see the module docstring).
+EPS = 1e-6
+
+_NONNEG_HINT = (
+    " for the normalised form (apply a feature map such as elu1 first, or pass normalize=False)"
+)
+
+
+def elu1(x: torch.Tensor) -> torch.Tensor:
+    """The feature map ``elu(x) + 1``: ``x + 1`` for ``x > 0`` and ``exp(x)`` otherwise.
+
+    Positive in exact arithmetic; in floating point it rounds to 0 for very negative ``x``
+    (below roughly -17 in float32), which is what the denominator's ``eps`` guards against.
+    """
+    return F.elu(x) + 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0 or eps == float("inf"):
+        raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
+    return float(eps)
+
+
+def _prepare(q, k, v, normalize: bool, eps):
+    """Validate the inputs; return dims, dtypes and the inputs cast to the compute dtype."""
+    B, H, T, Dk, Dv = check_qkv(q, k, v)
+    eps = _check_eps(eps)
+    if normalize:
+        check_nonnegative(q, "q", _NONNEG_HINT)
+        check_nonnegative(k, "k", _NONNEG_HINT)
+    cdt, odt = compute_dtype(q, k, v), output_dtype(q, k, v)
+    q, k, v = (x.to(cdt) for x in (q, k, v))
+    return (B, H, T, Dk, Dv), eps, cdt, odt, q, k, v
+
+
+def _initial_state(state, B, H, Dk, Dv, like: torch.Tensor):
+    """Return ``(S, z)`` from ``state`` (checked) or zeros."""
+    if state is None:
+        return like.new_zeros(B, H, Dk, Dv), like.new_zeros(B, H, Dk)
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise ValueError(
+            "state must be a tuple (S, z) with S of shape (B, H, Dk, Dv) and z of shape "
+            f"(B, H, Dk); got {type(state).__name__}"
+        )
+    S, z = state
+    check_state(S, "state[0] (S)", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
+    check_state(z, "state[1] (z)", (B, H, Dk), "(B, H, Dk)")
+    return S.to(like.dtype), z.to(like.dtype)
+
+
+def _causal_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``A[t, s] = q_t . k_s`` for ``s <= t`` and 0 above the diagonal."""
+    return (q @ k.transpose(-1, -2)).tril()
+
+
+# ---------------------------------------------------------------------------------------------
+# the three forms
+# ---------------------------------------------------------------------------------------------
+
+
+def parallel(q, k, v, eps: float = EPS, normalize: bool = True) -> torch.Tensor:
+    """Causal linear attention as a masked ``T x T`` product (quadratic in ``T``).
+
+    ``A = tril(Q K^T)``; the output is ``A V`` divided, row by row, by ``rowsum(A) + eps``
+    (``rowsum(A)_t = q_t . sum_{s<=t} k_s``, the same denominator as the recurrence).
+
+    Args:
+        q, k: ``(B, H, T, Dk)`` non-negative features. v: ``(B, H, T, Dv)``.
+        eps: added to the denominator (see the module docstring).
+        normalize: if False, return the numerator ``A V`` only.
+
+    Returns:
+        ``o`` of shape ``(B, H, T, Dv)``.
+    """
+    _, eps, _, odt, q, k, v = _prepare(q, k, v, normalize, eps)
+    A = _causal_scores(q, k)
+    o = A @ v
+    if normalize:
+        o = o / (A.sum(-1, keepdim=True) + eps)
+    return o.to(odt)
+
+
+def recurrent(q, k, v, state=None, eps: float = EPS, normalize: bool = True):
+    """Causal linear attention token by token: the definition.
+
+    For each ``t``: ``S <- S + k_t^T v_t``, ``z <- z + k_t``, ``o_t = q_t S / (q_t . z + eps)``.
+
+    Args:
+        q, k: ``(B, H, T, Dk)`` non-negative features. v: ``(B, H, T, Dv)``.
+        state: optional ``(S, z)`` from a previous call, shapes ``(B, H, Dk, Dv)`` and ``(B, H, Dk)``.
+        eps, normalize: as in :func:`parallel`.
+
+    Returns:
+        ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` and the state after the last token (kept in
+        the compute dtype, at least float32).
+    """
+    (B, H, T, Dk, Dv), eps, _, odt, q, k, v = _prepare(q, k, v, normalize, eps)
+    S, z = _initial_state(state, B, H, Dk, Dv, q)
+    o = q.new_empty(B, H, T, Dv)
+    for t in range(T):
+        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
+        S = S + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)  # outer product k_t^T v_t
+        z = z + k_t
+        num = (q_t.unsqueeze(-2) @ S).squeeze(-2)  # q_t S, (B, H, Dv)
+        if normalize:
+            num = num / ((q_t * z).sum(-1, keepdim=True) + eps)
+        o[:, :, t] = num
+    return o.to(odt), (S, z)
+
+
+def chunkwise(q, k, v, chunk_size: int = 64, state=None, eps: float = EPS, normalize: bool = True):
+    """Causal linear attention in chunks: masked parallel inside a chunk, state between chunks.
+
+    For a chunk with rows ``Q, K, V`` entered with state ``(S, z)``:
+    ``numerator = Q S + tril(Q K^T) V``, ``denominator = Q z + rowsum(tril(Q K^T)) + eps``, then
+    ``S <- S + K^T V`` and ``z <- z + sum_rows(K)``. The last chunk may be shorter than
+    ``chunk_size``; the result is exact for any ``T``.
+
+    Args:
+        q, k, v, state, eps, normalize: as in :func:`recurrent`.
+        chunk_size: tokens per chunk, a positive int.
+
+    Returns:
+        ``(o, (S, z))`` as in :func:`recurrent`.
+    """
+    chunk_size = check_chunk_size(chunk_size)
+    (B, H, T, Dk, Dv), eps, _, odt, q, k, v = _prepare(q, k, v, normalize, eps)
+    S, z = _initial_state(state, B, H, Dk, Dv, q)
+    o = q.new_empty(B, H, T, Dv)
+    for start in range(0, T, chunk_size):
+        c = slice(start, min(start + chunk_size, T))
+        q_c, k_c, v_c = q[:, :, c], k[:, :, c], v[:, :, c]
+        A = _causal_scores(q_c, k_c)  # intra-chunk, causal
+        num = q_c @ S + A @ v_c  # inter-chunk (earlier chunks via S) + intra-chunk
+        if normalize:
+            den = q_c @ z.unsqueeze(-1) + A.sum(-1, keepdim=True) + eps
+            num = num / den
+        o[:, :, c] = num
+        S = S + k_c.transpose(-1, -2) @ v_c
+        z = z + k_c.sum(-2)
+    return o.to(odt), (S, z)
+
+
+def seed_prefill(q, k, v, eps: float = EPS):
+    """The seed article's one-shot prefill -- deliberately WRONG for ``T > 1``.
+
+    It builds the state from the whole prompt at once, ``S = K^T V = sum_s k_s^T v_s`` and
+    ``z = sum_s k_s``, and only then reads every position with it:
+    ``o_t = q_t S / (q_t . z + eps)``. Each output therefore sees *future* tokens; it is not
+    causal. The final state ``(S, z)`` is nevertheless the correct one, which is why the bug is
+    easy to miss. (The ``eps`` is not in the seed; it is added so that causality is the only
+    difference from :func:`parallel`.)
+
+    Returns:
+        ``(o, (S, z))``.
+    """
+    _, eps, _, odt, q, k, v = _prepare(q, k, v, True, eps)
+    S = k.transpose(-1, -2) @ v  # (B, H, Dk, Dv): all T tokens, including the future
+    z = k.sum(-2)  # (B, H, Dk)
+    o = (q @ S) / (q @ z.unsqueeze(-1) + eps)
+    return o.to(odt), (S, z)

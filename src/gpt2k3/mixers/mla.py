@@ -1,0 +1,444 @@
+"""Multi-head latent attention (MLA), as in DeepSeek-V2/V3 and Kimi K2.
+
+MLA is ordinary causal softmax attention whose keys and values are generated from a small
+per-token *latent* vector, so that the decode-time cache holds only that latent.
+
+For a token with hidden state ``x`` (row vector of size ``d_model``), one layer computes
+
+* queries, optionally through a low-rank bottleneck with an RMSNorm in the middle::
+
+      c_q = RMSNorm(x W_DQ)                     (q_lora_rank)       "q_a_proj", "q_a_layernorm"
+      [q_nope_h, q_rope_h] = c_q W_UQ           (per head)          "q_b_proj"
+
+  (with ``q_lora_rank=None`` a single ``q_proj`` replaces the bottleneck);
+
+* one shared key/value latent plus one shared rotary key (a single "MQA" head)::
+
+      [c_kv, k_rope] = x W_DKV                  (kv_lora_rank + qk_rope_head_dim)
+      c_kv = RMSNorm(c_kv)                                          "kv_a_proj_with_mqa",
+                                                                    "kv_a_layernorm"
+
+* per-head keys and values decompressed from the latent::
+
+      [k_nope_h, v_h] = c_kv W_UKV_h            (qk_nope_head_dim + v_head_dim)   "kv_b_proj"
+
+RoPE is applied only to the decoupled parts ``q_rope_h`` and ``k_rope``; the key of head ``h`` is
+``[k_nope_h, RoPE(k_rope)]`` and the score is
+``(q_nope_h . k_nope_h + RoPE(q_rope_h) . RoPE(k_rope)) / sqrt(qk_nope_head_dim + qk_rope_head_dim)``.
+The head outputs are concatenated and mapped back by ``o_proj``.
+
+The cache (:class:`LatentCache`) stores, per token and layer, only ``c_kv`` (normalised) and the
+roped ``k_rope``: ``kv_lora_rank + qk_rope_head_dim`` numbers (576 for DeepSeek-V3).
+
+Two equivalent decode paths read that cache:
+
+* :meth:`MLA.decode_naive` decompresses ``k_nope`` and ``v`` for every cached position with
+  ``kv_b_proj`` and then runs ordinary attention.
+* :meth:`MLA.decode_absorbed` uses associativity instead. Writing ``W_UK_h`` for the
+  ``(qk_nope_head_dim, kv_lora_rank)`` key block of ``kv_b_proj`` and ``W_UV_h`` for the value
+  block, ``q_nope_h . (W_UK_h c_s) = (W_UK_h^T q_nope_h) . c_s``: the key up-projection is folded
+  into the query once per new token, and scores are taken directly against the cached latents.
+  Likewise ``sum_s p_s W_UV_h c_s = W_UV_h (sum_s p_s c_s)``: attention averages latents, and the
+  value up-projection is applied once to the result. No per-head key or value of a past token is
+  ever formed.
+
+RoPE convention: with ``rope_interleave=True`` (DeepSeek's checkpoints) the rotary dimensions are
+paired as ``(x0, x1), (x2, x3), ...``; with ``False`` they are paired as ``(x_i, x_{i+d/2})``
+("rotate half"). Pair ``i`` is rotated by angle ``position * rope_theta ** (-2 i / d)``.
+YaRN context extension (and its attention-scale correction) is not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = [
+    "MLAConfig",
+    "MLA",
+    "LatentCache",
+    "RMSNorm",
+    "apply_rope",
+    "latent_numbers_per_token",
+    "mha_equivalent_numbers_per_token",
+]
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+@dataclass
+class MLAConfig:
+    """Sizes of one MLA layer (field names follow the DeepSeek-V3 config where they exist).
+
+    ``d_model`` is the model width (``hidden_size``); ``n_heads`` the number of query heads.
+    ``q_lora_rank=None`` means queries come from a direct ``q_proj`` (DeepSeek-V2-Lite style).
+    ``max_len`` is the default capacity of a cache made by :meth:`MLA.new_cache`.
+    ``rope_interleave`` selects the RoPE pairing (see the module docstring); ``norm_eps`` is the
+    epsilon of the two RMSNorms (DeepSeek uses 1e-6 for both).
+    """
+
+    d_model: int
+    n_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_theta: float = 10000.0
+    max_len: int = 4096
+    rope_interleave: bool = True
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
+                     "qk_rope_head_dim", "v_head_dim", "max_len"):
+            _check_positive_int(name, getattr(self, name))
+        if self.q_lora_rank is not None:
+            _check_positive_int("q_lora_rank", self.q_lora_rank)
+        if self.qk_rope_head_dim % 2:
+            raise ValueError("qk_rope_head_dim must be even (RoPE rotates pairs of dims), "
+                             f"got {self.qk_rope_head_dim}")
+        if not (isinstance(self.rope_theta, (int, float)) and not isinstance(self.rope_theta, bool)
+                and math.isfinite(self.rope_theta) and self.rope_theta > 1):
+            raise ValueError(f"rope_theta must be a finite number > 1, got {self.rope_theta!r}")
+        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
+            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps!r}")
+
+    @property
+    def hidden_size(self) -> int:
+        """Alias of ``d_model`` (the Hugging Face name)."""
+        return self.d_model
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width: ``qk_nope_head_dim + qk_rope_head_dim``."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        """``qk_head_dim ** -0.5``: the usual 1/sqrt(d) over the full (nope + rope) key width."""
+        return self.qk_head_dim ** -0.5
+
+    @classmethod
+    def deepseek_v3(cls) -> "MLAConfig":
+        """DeepSeek-V3 / R1 attention sizes (config.json of deepseek-ai/DeepSeek-V3)."""
+        return cls(d_model=7168, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                   rope_theta=10000.0, max_len=163840)
+
+    @classmethod
+    def kimi_k2(cls) -> "MLAConfig":
+        """Kimi K2 attention sizes (config.json of moonshotai/Kimi-K2-Instruct): V3's MLA, 64 heads."""
+        return cls(d_model=7168, n_heads=64, q_lora_rank=1536, kv_lora_rank=512,
+                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                   rope_theta=50000.0, max_len=131072)
+
+
+def latent_numbers_per_token(cfg: MLAConfig) -> int:
+    """Numbers MLA caches per token per layer: the latent plus the shared rotary key.
+
+    ``kv_lora_rank + qk_rope_head_dim``; DeepSeek-V3: 512 + 64 = 576.
+    """
+    return cfg.kv_lora_rank + cfg.qk_rope_head_dim
+
+
+def mha_equivalent_numbers_per_token(cfg: MLAConfig) -> int:
+    """Numbers per token per layer that a plain multi-head cache of the *same* heads would hold.
+
+    Convention: every head caches its full key (``qk_nope_head_dim + qk_rope_head_dim``, i.e. the
+    decompressed key with its rotary part) and its value (``v_head_dim``), so the count is
+    ``n_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)``. For DeepSeek-V3 this is
+    128 * (192 + 128) = 40,960, against 576 for the latent cache (about 71x smaller).
+    """
+    return cfg.n_heads * (cfg.qk_head_dim + cfg.v_head_dim)
+
+
+class RMSNorm(nn.Module):
+    """``y = w * x / sqrt(mean(x^2) + eps)`` over the last dimension (no mean subtraction, no bias)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float, interleave: bool) -> torch.Tensor:
+    """Rotate the last dim of ``x`` (size ``d``, even) by RoPE at integer ``positions``.
+
+    ``x`` is ``(..., T, d)`` and ``positions`` is ``(T,)``. Pair ``i`` (see the module docstring
+    for which dims form a pair) is multiplied by the rotation of angle ``pos * theta**(-2i/d)``:
+    ``(a, b) -> (a cos - b sin, b cos + a sin)``. The output keeps the input's layout. Angles are
+    computed in float64 and then cast, so float64 inputs get float64-exact rotations.
+    """
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * inv_freq  # (T, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if interleave:
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+class LatentCache:
+    """Preallocated MLA cache for one layer.
+
+    Holds ``c_kv`` of shape ``(B, max_len, kv_lora_rank)`` (already RMS-normalised) and the
+    already-rotated shared key ``k_rope`` of shape ``(B, max_len, qk_rope_head_dim)``; ``length``
+    counts the filled positions, which are ``[0, length)`` for every batch row.
+    """
+
+    def __init__(self, batch_size: int, max_len: int, kv_lora_rank: int, qk_rope_head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        for name, value in (("batch_size", batch_size), ("max_len", max_len),
+                            ("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", qk_rope_head_dim)):
+            _check_positive_int(name, value)
+        self.c_kv = torch.zeros(batch_size, max_len, kv_lora_rank, dtype=dtype, device=device)
+        self.k_rope = torch.zeros(batch_size, max_len, qk_rope_head_dim, dtype=dtype, device=device)
+        self.length = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.c_kv.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.c_kv.shape[1]
+
+    @property
+    def numbers_per_token(self) -> int:
+        """Numbers stored per token (per batch row): ``kv_lora_rank + qk_rope_head_dim``."""
+        return self.c_kv.shape[2] + self.k_rope.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated buffers (full capacity, not just the filled part)."""
+        return self.c_kv.nbytes + self.k_rope.nbytes
+
+    def append(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> None:
+        """Write ``T`` new positions at ``length``.
+
+        ``c_kv`` is ``(B, T, kv_lora_rank)`` (normalised), ``k_rope`` ``(B, T, qk_rope_head_dim)``
+        (rotated).
+        """
+        b, r, dr = self.batch_size, self.c_kv.shape[2], self.k_rope.shape[2]
+        if not isinstance(c_kv, torch.Tensor) or c_kv.dim() != 3 or c_kv.shape[0] != b or c_kv.shape[2] != r:
+            shape = tuple(c_kv.shape) if isinstance(c_kv, torch.Tensor) else type(c_kv).__name__
+            raise ValueError(f"c_kv must have shape (B={b}, T, {r}), got {shape}")
+        t = c_kv.shape[1]
+        if not isinstance(k_rope, torch.Tensor) or tuple(k_rope.shape) != (b, t, dr):
+            shape = tuple(k_rope.shape) if isinstance(k_rope, torch.Tensor) else type(k_rope).__name__
+            raise ValueError(f"k_rope must have shape ({b}, {t}, {dr}), got {shape}")
+        if self.length + t > self.max_len:
+            raise ValueError(f"cache overflow: writing {t} positions at length {self.length} "
+                             f"exceeds max_len={self.max_len}")
+        self.c_kv[:, self.length:self.length + t] = c_kv
+        self.k_rope[:, self.length:self.length + t] = k_rope
+        self.length += t
+
+    def view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled part: ``(c_kv[:, :length], k_rope[:, :length])``."""
+        return self.c_kv[:, :self.length], self.k_rope[:, :self.length]
+
+    def reset(self) -> None:
+        """Forget all positions (buffers are kept)."""
+        self.length = 0
+
+
+class MLA(nn.Module):
+    """One multi-head latent attention layer; inputs and outputs are ``(B, T, d_model)``.
+
+    Parameter names match Hugging Face's ``DeepseekV3Attention`` (no biases), so its state dict
+    loads directly.
+    """
+
+    def __init__(self, cfg: MLAConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.n_heads, cfg.d_model
+        if cfg.q_lora_rank is None:
+            self.q_proj = nn.Linear(d, h * cfg.qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(d, cfg.q_lora_rank, bias=False)
+            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
+            self.q_b_proj = nn.Linear(cfg.q_lora_rank, h * cfg.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, cfg.kv_lora_rank + cfg.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = RMSNorm(cfg.kv_lora_rank, cfg.norm_eps)
+        self.kv_b_proj = nn.Linear(cfg.kv_lora_rank, h * (cfg.qk_nope_head_dim + cfg.v_head_dim),
+                                   bias=False)
+        self.o_proj = nn.Linear(h * cfg.v_head_dim, d, bias=False)
+
+    # ------------------------------------------------------------------ building blocks
+    def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(
+                f"{name} must have shape (B, T, d_model={self.cfg.d_model}), got {shape}"
+            )
+
+    @staticmethod
+    def _positions(start: int, length: int) -> torch.Tensor:
+        return torch.arange(start, start + length)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return apply_rope(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
+
+    def _queries(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q_nope`` ``(B, H, T, qk_nope_head_dim)`` and roped ``q_rope``
+        ``(B, H, T, qk_rope_head_dim)``."""
+        cfg = self.cfg
+        if cfg.q_lora_rank is None:
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        b, t, _ = x.shape
+        q = q.view(b, t, cfg.n_heads, cfg.qk_head_dim).transpose(1, 2)
+        q_nope, q_rope = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
+        return q_nope, self._rope(q_rope, positions)
+
+    def _latents(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the cache stores: normalised ``c_kv`` ``(B, T, kv_lora_rank)`` and roped
+        ``k_rope`` ``(B, T, qk_rope_head_dim)``."""
+        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split(
+            [self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1
+        )
+        return self.kv_a_layernorm(c_kv), self._rope(k_rope, positions)
+
+    def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks of ``kv_b_proj``: ``W_UK`` ``(H, qk_nope_head_dim, kv_lora_rank)`` and
+        ``W_UV`` ``(H, v_head_dim, kv_lora_rank)``."""
+        cfg = self.cfg
+        w = self.kv_b_proj.weight.view(cfg.n_heads, -1, cfg.kv_lora_rank)
+        return w[:, :cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim:]
+
+    def _expand(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decompress latents into per-head keys ``(B, H, S, qk_head_dim)`` and values
+        ``(B, H, S, v_head_dim)``; the rotary key is shared by all heads."""
+        cfg = self.cfg
+        b, s, _ = c_kv.shape
+        kv = self.kv_b_proj(c_kv).view(b, s, cfg.n_heads, -1).transpose(1, 2)
+        k_nope, v = kv.split([cfg.qk_nope_head_dim, cfg.v_head_dim], dim=-1)
+        k_rope = k_rope[:, None].expand(b, cfg.n_heads, s, cfg.qk_rope_head_dim)
+        return torch.cat((k_nope, k_rope), dim=-1), v
+
+    @staticmethod
+    def _causal_softmax(scores: torch.Tensor, q_start: int) -> torch.Tensor:
+        """Softmax over the last dim of ``(B, H, T, S)`` scores, where query ``i`` sits at
+        position ``q_start + i`` and may see key positions ``0 .. q_start + i``."""
+        t, s = scores.shape[-2:]
+        q_pos = torch.arange(q_start, q_start + t, device=scores.device)[:, None]
+        k_pos = torch.arange(s, device=scores.device)[None, :]
+        return scores.masked_fill(k_pos > q_pos, float("-inf")).softmax(dim=-1)
+
+    def _merge_heads(self, o: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, v_head_dim)`` -> ``o_proj`` of the concatenated heads, ``(B, T, d_model)``."""
+        b, _, t, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+    def _attend_expanded(self, x: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
+                         q_start: int) -> torch.Tensor:
+        """Ordinary attention of the queries of ``x`` (positions ``q_start, ...``) over the
+        decompressed keys and values of ``c_kv`` / ``k_rope``."""
+        q_nope, q_rope = self._queries(x, self._positions(q_start, x.shape[1]))
+        q = torch.cat((q_nope, q_rope), dim=-1)
+        k, v = self._expand(c_kv, k_rope)
+        p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
+        return self._merge_heads(p @ v)
+
+    # ------------------------------------------------------------------ public forms
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Training form: causal attention over ``x`` ``(B, T, d_model)`` at positions ``0..T-1``."""
+        self._check_x(x)
+        c_kv, k_rope = self._latents(x, self._positions(0, x.shape[1]))
+        return self._attend_expanded(x, c_kv, k_rope, q_start=0)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None,
+                  dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> LatentCache:
+        """An empty :class:`LatentCache` for this layer (``max_len`` defaults to ``cfg.max_len``,
+        dtype and device to the weights')."""
+        w = self.kv_b_proj.weight
+        return LatentCache(
+            batch_size, self.cfg.max_len if max_len is None else max_len,
+            self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim,
+            dtype=w.dtype if dtype is None else dtype,
+            device=w.device if device is None else device,
+        )
+
+    def _write(self, x: torch.Tensor, cache: LatentCache) -> int:
+        """Append the latents of ``x`` to ``cache``; return the position of the first new token."""
+        if cache.batch_size != x.shape[0]:
+            raise ValueError(
+                f"cache batch size {cache.batch_size} does not match x batch size {x.shape[0]}"
+            )
+        start, t = cache.length, x.shape[1]
+        if start + t > cache.max_len:  # refuse before computing anything
+            raise ValueError(
+                f"cache overflow: {t} new positions at length {start} exceed max_len={cache.max_len}"
+            )
+        cache.append(*self._latents(x, self._positions(start, t)))
+        return start
+
+    def prefill(self, x: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """Append the latents of ``x`` ``(B, T, d_model)`` to ``cache`` and return the outputs.
+
+        On an empty cache the result equals ``forward(x)``; on a non-empty one ``x`` continues the
+        cached sequence (chunked prefill).
+        """
+        self._check_x(x)
+        return self.decode_naive(x, cache)
+
+    @staticmethod
+    def _as_3d(x_t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """Accept one token ``(B, d_model)`` or a block ``(B, T, d_model)``; remember which."""
+        if isinstance(x_t, torch.Tensor) and x_t.dim() == 2:
+            return x_t[:, None], True
+        return x_t, False
+
+    def decode_naive(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """Decode step that decompresses K and V for every cached position, then attends.
+
+        ``x_t`` is ``(B, d_model)`` (one token; output ``(B, d_model)``) or ``(B, T, d_model)``
+        (``T`` tokens continuing the cache, causal among themselves). The new latents are
+        appended to ``cache`` first.
+        """
+        x, squeeze = self._as_3d(x_t)
+        self._check_x(x, "x_t")
+        start = self._write(x, cache)
+        out = self._attend_expanded(x, *cache.view(), q_start=start)
+        return out[:, 0] if squeeze else out
+
+    def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """Decode step with the up-projections absorbed: attention runs in the latent space.
+
+        Same inputs, outputs and cache update as :meth:`decode_naive`. Per head,
+        ``q_lat = W_UK^T q_nope`` (size ``kv_lora_rank``); scores are
+        ``(q_lat . c_kv_s + q_rope . k_rope_s) * scale``; the attention-weighted *latent*
+        ``sum_s p_s c_kv_s`` is mapped to the head output by ``W_UV`` and then by ``o_proj``.
+        Work per new token is ``O(H * S * (kv_lora_rank + qk_rope_head_dim))``, and no per-head
+        key or value of a past token is stored or formed.
+        """
+        x, squeeze = self._as_3d(x_t)
+        self._check_x(x, "x_t")
+        start = self._write(x, cache)
+        c_kv, k_rope = cache.view()                                    # (B, S, r), (B, S, dr)
+        q_nope, q_rope = self._queries(x, self._positions(start, x.shape[1]))
+        w_uk, w_uv = self._up_weights()                                # (H, dn, r), (H, dv, r)
+        q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)           # fold W_UK into the query
+        scores = torch.einsum("bhtr,bsr->bhts", q_lat, c_kv)
+        scores = scores + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope)
+        p = self._causal_softmax(scores * self.cfg.softmax_scale, start)
+        o_lat = torch.einsum("bhts,bsr->bhtr", p, c_kv)                # average the latents
+        o = torch.einsum("bhtr,hvr->bhtv", o_lat, w_uv)                # fold W_UV on the way out
+        out = self._merge_heads(o)
+        return out[:, 0] if squeeze else out

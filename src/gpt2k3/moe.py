@@ -1,0 +1,246 @@
+"""Mixture of experts with a top-k router and shared experts (DeepSeek-V3 / Kimi K2 style).
+
+For a token ``x`` (size ``d_model``) the layer returns::
+
+    y = shared(x) + sum_{e in TopK(x)} w_e(x) * expert_e(x)
+
+* Every expert is a SwiGLU MLP: ``down( silu(gate x) * (up x) )`` with hidden width ``d_expert``.
+* ``shared`` is always on; ``n_shared_experts`` shared experts are stored as one SwiGLU of width
+  ``n_shared_experts * d_expert`` (the sum of several SwiGLUs equals one wide SwiGLU).
+* The router scores every routed expert: ``s = softmax(x W_g^T)`` or ``s = sigmoid(x W_g^T)``.
+  The ``top_k`` experts are *selected* on ``s + b``, where ``b`` is DeepSeek-V3's
+  ``e_score_correction_bias`` (auxiliary-loss-free load balancing; used only with sigmoid
+  scores, and only for selection, never in the weights). The *weights* are the unbiased scores of
+  the chosen experts, renormalised to sum to 1 when ``norm_topk_prob``, then multiplied by
+  ``routed_scaling_factor``.
+* Group-limited routing (DeepSeek-V3): experts are split into ``n_group`` equal groups, each
+  group is rated by the sum of its two best (biased) scores, only the best ``topk_group`` groups
+  stay eligible, and the top-k is taken among their experts. ``n_group=1`` switches it off.
+  (DeepSeek-V2 rated a group by its single best softmax score; that variant is not modelled:
+  the top-two sum is used for both score functions.)
+
+:meth:`MoE.forward_loop_reference` is the definition (one token at a time); :meth:`MoE.forward`
+is the fast form (for each expert, gather its tokens, run them as one batch, ``index_add`` the
+weighted results back).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MoEConfig", "SwiGLU", "Router", "MoE"]
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+@dataclass
+class MoEConfig:
+    """Sizes and routing rule of one MoE layer (DeepSeek-V3 names in brackets).
+
+    ``d_model`` [hidden_size], ``n_routed_experts``, ``n_shared_experts`` (may be 0),
+    ``top_k`` [num_experts_per_tok], ``d_expert`` [moe_intermediate_size],
+    ``score_func`` ``'softmax'`` (DeepSeek-V2, Mixtral-like) or ``'sigmoid'`` (DeepSeek-V3, Kimi K2),
+    ``norm_topk_prob``, ``routed_scaling_factor``, and group-limited routing ``n_group`` /
+    ``topk_group`` (1 / 1 = off).
+    """
+
+    d_model: int
+    n_routed_experts: int
+    n_shared_experts: int
+    top_k: int
+    d_expert: int
+    score_func: str = "sigmoid"
+    norm_topk_prob: bool = True
+    routed_scaling_factor: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_routed_experts", "top_k", "d_expert", "n_group", "topk_group"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("n_shared_experts", self.n_shared_experts, 0)
+        if self.top_k > self.n_routed_experts:
+            raise ValueError(f"top_k={self.top_k} must be <= n_routed_experts={self.n_routed_experts}")
+        if self.score_func not in ("softmax", "sigmoid"):
+            raise ValueError(f"score_func must be 'softmax' or 'sigmoid', got {self.score_func!r}")
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"norm_topk_prob must be a bool, got {self.norm_topk_prob!r}")
+        r = self.routed_scaling_factor
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            raise ValueError(f"routed_scaling_factor must be a finite number > 0, got {r!r}")
+        if self.n_routed_experts % self.n_group:
+            raise ValueError(
+                f"n_group={self.n_group} must divide n_routed_experts={self.n_routed_experts}"
+            )
+        if self.topk_group > self.n_group:
+            raise ValueError(f"topk_group={self.topk_group} must be <= n_group={self.n_group}")
+        group_size = self.n_routed_experts // self.n_group
+        if self.top_k > self.topk_group * group_size:
+            raise ValueError(
+                f"top_k={self.top_k} exceeds the {self.topk_group * group_size} experts in "
+                f"topk_group={self.topk_group} groups of {group_size}"
+            )
+
+    @property
+    def hidden_size(self) -> int:
+        """Alias of ``d_model`` (the Hugging Face name)."""
+        return self.d_model
+
+    @classmethod
+    def deepseek_v3(cls) -> "MoEConfig":
+        """DeepSeek-V3 MoE layer (config.json of deepseek-ai/DeepSeek-V3)."""
+        return cls(d_model=7168, n_routed_experts=256, n_shared_experts=1, top_k=8, d_expert=2048,
+                   score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5,
+                   n_group=8, topk_group=4)
+
+    @classmethod
+    def kimi_k2(cls) -> "MoEConfig":
+        """Kimi K2 MoE layer (config.json of moonshotai/Kimi-K2-Instruct): 384 experts, one group."""
+        return cls(d_model=7168, n_routed_experts=384, n_shared_experts=1, top_k=8, d_expert=2048,
+                   score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.827,
+                   n_group=1, topk_group=1)
+
+
+class SwiGLU(nn.Module):
+    """``down_proj( silu(gate_proj x) * up_proj x )``, no biases."""
+
+    def __init__(self, d_model: int, d_hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, d_hidden, bias=False)
+        self.down_proj = nn.Linear(d_hidden, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Router(nn.Module):
+    """Linear gate without bias plus top-k selection (see the module docstring for the rule).
+
+    ``weight`` is ``(n_routed_experts, d_model)``; ``e_score_correction_bias`` is a buffer of
+    size ``n_routed_experts`` that shifts *selection* only, and only for sigmoid scores.
+    """
+
+    def __init__(self, cfg: MoEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.d_model))
+        nn.init.normal_(self.weight, std=cfg.d_model ** -0.5)
+        self.register_buffer("e_score_correction_bias", torch.zeros(cfg.n_routed_experts))
+
+    def scores(self, x: torch.Tensor) -> torch.Tensor:
+        """Affinities ``(N, E)`` of tokens ``x`` ``(N, d_model)`` to every routed expert."""
+        logits = F.linear(x, self.weight)
+        return logits.softmax(dim=-1) if self.cfg.score_func == "softmax" else logits.sigmoid()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Route tokens ``x`` ``(N, d_model)``; return ``weights`` and ``indices``, both ``(N, top_k)``."""
+        cfg = self.cfg
+        s = self.scores(x)
+        choice = s + self.e_score_correction_bias.to(s.dtype) if cfg.score_func == "sigmoid" else s
+        if cfg.n_group > 1:
+            n, size = s.shape[0], cfg.n_routed_experts // cfg.n_group
+            grouped = choice.view(n, cfg.n_group, size)
+            group_score = grouped.topk(min(2, size), dim=-1).values.sum(-1)            # (N, n_group)
+            keep = torch.zeros_like(group_score, dtype=torch.bool)
+            keep.scatter_(1, group_score.topk(cfg.topk_group, dim=-1).indices, True)
+            choice = grouped.masked_fill(~keep[..., None], float("-inf")).view(n, -1)
+        indices = choice.topk(cfg.top_k, dim=-1).indices
+        weights = s.gather(1, indices)
+        if cfg.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return weights * cfg.routed_scaling_factor, indices
+
+    @torch.no_grad()
+    def update_bias(self, load: torch.Tensor, step: float = 1e-3) -> None:
+        """DeepSeek-V3's auxiliary-loss-free balancing step: ``b_e += step * sign(mean load - load_e)``.
+
+        Overloaded experts become less likely to be selected, underloaded ones more likely.
+        """
+        load = load.to(self.e_score_correction_bias.dtype)
+        self.e_score_correction_bias += step * torch.sign(load.mean() - load)
+
+
+class MoE(nn.Module):
+    """Routed SwiGLU experts plus always-on shared experts; ``(B, T, d_model) -> (B, T, d_model)``.
+
+    Parameter names match Hugging Face's DeepSeek-V3 MoE except that routed experts are separate
+    modules ``experts[e].{gate,up,down}_proj`` instead of packed 3-D tensors.
+    """
+
+    def __init__(self, cfg: MoEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.gate = Router(cfg)
+        self.experts = nn.ModuleList(
+            SwiGLU(cfg.d_model, cfg.d_expert) for _ in range(cfg.n_routed_experts)
+        )
+        self.shared_experts = (SwiGLU(cfg.d_model, cfg.d_expert * cfg.n_shared_experts)
+                               if cfg.n_shared_experts else None)
+        self.last_load: torch.Tensor | None = None  # tokens per expert in the latest forward
+
+    def _check_x(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (B, T, d_model={self.cfg.d_model}), got {shape}")
+
+    def _load(self, indices: torch.Tensor) -> torch.Tensor:
+        return torch.bincount(indices.flatten(), minlength=self.cfg.n_routed_experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Fast form: one batched call per expert over the tokens routed to it.
+
+        Sets ``self.last_load`` to the tokens-per-expert counts ``(n_routed_experts,)``.
+        """
+        self._check_x(x)
+        flat = x.reshape(-1, x.shape[-1])
+        weights, indices = self.gate(flat)                                 # (N, k), (N, k)
+        out = torch.zeros_like(flat)
+        # Sort the N*k (token, slot) assignments by expert so each expert reads a contiguous run.
+        order = indices.flatten().argsort(stable=True)      # slots, grouped by expert
+        token_of = order // self.cfg.top_k                  # slot -> token row
+        weight_of = weights.flatten()[order]
+        load = self._load(indices)
+        ends = load.cumsum(0).tolist()
+        for e, (start, end) in enumerate(zip([0] + ends[:-1], ends)):
+            if start == end:
+                continue
+            tok = token_of[start:end]
+            y = self.experts[e](flat[tok]) * weight_of[start:end, None]
+            out.index_add_(0, tok, y)
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(flat)
+        self.last_load = load
+        return out.view_as(x)
+
+    def forward_loop_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The definition, one token at a time: ``y = shared(x) + sum_j w_j expert_{i_j}(x)``."""
+        self._check_x(x)
+        flat = x.reshape(-1, x.shape[-1])
+        rows = []
+        for n in range(flat.shape[0]):
+            xn = flat[n:n + 1]
+            weights, indices = self.gate(xn)
+            y = self.shared_experts(xn) if self.shared_experts is not None else torch.zeros_like(xn)
+            for w, e in zip(weights[0], indices[0].tolist()):
+                y = y + w * self.experts[e](xn)
+            rows.append(y)
+        return torch.cat(rows).view_as(x)
+
+    @torch.no_grad()
+    def load_stats(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens routed to each expert for ``x`` ``(B, T, d_model)``.
+
+        Returns ``(n_routed_experts,)`` integer counts that sum to ``B * T * top_k``.
+        """
+        self._check_x(x)
+        _, indices = self.gate(x.reshape(-1, x.shape[-1]))
+        return self._load(indices)

@@ -1,0 +1,192 @@
+"""Mixture of experts: the batched form equals the per-token definition, routing invariants,
+load statistics, input validation, and an oracle check against Hugging Face's DeepseekV3MoE."""
+
+import pytest
+import torch
+
+from gpt2k3.moe import MoE, MoEConfig, Router, SwiGLU
+
+BASE = dict(d_model=16, n_routed_experts=8, n_shared_experts=1, top_k=2, d_expert=12,
+            score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5)
+
+
+def make(seed=0, dtype=torch.float64, **overrides):
+    torch.manual_seed(seed)
+    model = MoE(MoEConfig(**{**BASE, **overrides})).to(dtype)
+    with torch.no_grad():
+        model.gate.e_score_correction_bias.copy_(0.1 * torch.randn(model.cfg.n_routed_experts))
+    return model
+
+
+VARIANTS = [
+    dict(),
+    dict(score_func="softmax", norm_topk_prob=False, routed_scaling_factor=1.0),
+    dict(score_func="softmax", top_k=3),
+    dict(n_shared_experts=0, top_k=1),
+    dict(n_shared_experts=2, norm_topk_prob=False),
+    dict(n_routed_experts=12, n_group=4, topk_group=2, top_k=4),
+    dict(n_routed_experts=6, n_group=6, topk_group=3, top_k=2),  # groups of one expert
+    dict(top_k=8),
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_vectorised_equals_loop_reference(overrides):
+    model = make(**overrides)
+    x = torch.randn(3, 7, model.cfg.d_model, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), model.forward_loop_reference(x), rtol=0, atol=1e-12)
+
+
+def test_gradients_flow_to_experts_and_router():
+    model = make()
+    x = torch.randn(2, 5, model.cfg.d_model, dtype=torch.float64)
+    model(x).square().sum().backward()
+    assert model.gate.weight.grad is not None and model.gate.weight.grad.abs().sum() > 0
+    used = torch.nonzero(model.last_load).flatten().tolist()
+    for e in range(model.cfg.n_routed_experts):
+        g = model.experts[e].down_proj.weight.grad
+        assert (g is not None and g.abs().sum() > 0) == (e in used)
+
+
+@pytest.mark.parametrize("score_func", ["softmax", "sigmoid"])
+def test_normalised_weights_sum_to_scaling_factor(score_func):
+    model = make(score_func=score_func, routed_scaling_factor=2.5, top_k=3)
+    weights, indices = model.gate(torch.randn(50, model.cfg.d_model, dtype=torch.float64))
+    assert weights.shape == indices.shape == (50, 3)
+    torch.testing.assert_close(weights.sum(-1), torch.full((50,), 2.5, dtype=torch.float64))
+    assert (weights > 0).all()
+    assert all(len(set(row)) == 3 for row in indices.tolist())  # distinct experts per token
+
+
+def test_unnormalised_weights_are_scaled_scores():
+    model = make(norm_topk_prob=False, routed_scaling_factor=3.0)
+    x = torch.randn(20, model.cfg.d_model, dtype=torch.float64)
+    weights, indices = model.gate(x)
+    torch.testing.assert_close(weights, 3.0 * model.gate.scores(x).gather(1, indices))
+
+
+def test_correction_bias_changes_selection_not_weights():
+    model = make()
+    x = torch.randn(40, model.cfg.d_model, dtype=torch.float64)
+    scores = model.gate.scores(x)
+    with torch.no_grad():
+        model.gate.e_score_correction_bias.zero_()
+        model.gate.e_score_correction_bias[5] = 10.0
+    weights, indices = model.gate(x)
+    assert (indices == 5).any(-1).all()  # the boosted expert is always chosen
+    chosen = scores.gather(1, indices)
+    torch.testing.assert_close(weights, 2.5 * chosen / chosen.sum(-1, keepdim=True))
+
+
+def test_softmax_router_ignores_correction_bias():
+    model = make(score_func="softmax")
+    x = torch.randn(30, model.cfg.d_model, dtype=torch.float64)
+    before = model.gate(x)
+    with torch.no_grad():
+        model.gate.e_score_correction_bias.zero_()
+        model.gate.e_score_correction_bias[0] = 100.0
+    after = model.gate(x)
+    torch.testing.assert_close(before, after, rtol=0, atol=0)
+
+
+def test_group_limited_routing_uses_at_most_topk_group_groups():
+    model = make(n_routed_experts=16, n_group=4, topk_group=2, top_k=4)
+    _, indices = model.gate(torch.randn(200, model.cfg.d_model, dtype=torch.float64))
+    groups_used = [len({i // 4 for i in row}) for row in indices.tolist()]
+    assert max(groups_used) <= 2
+
+
+def test_load_stats():
+    model = make(top_k=3)
+    B, T = 4, 9
+    x = torch.randn(B, T, model.cfg.d_model, dtype=torch.float64)
+    load = model.load_stats(x)
+    assert load.shape == (model.cfg.n_routed_experts,)
+    assert load.sum().item() == B * T * 3
+    assert model.last_load is None
+    model(x)
+    assert torch.equal(model.last_load, load)
+
+
+def test_update_bias_pushes_towards_balance():
+    router = Router(MoEConfig(**BASE))
+    router.update_bias(torch.tensor([10, 0, 5, 5, 5, 5, 5, 5]), step=0.01)
+    b = router.e_score_correction_bias
+    assert b[0] < 0 < b[1] and b[2] == 0
+
+
+def test_swiglu_definition():
+    torch.manual_seed(0)
+    m = SwiGLU(6, 10).double()
+    x = torch.randn(4, 6, dtype=torch.float64)
+    g, u = x @ m.gate_proj.weight.T, x @ m.up_proj.weight.T
+    torch.testing.assert_close(m(x), (g * torch.sigmoid(g) * u) @ m.down_proj.weight.T)
+    assert all(mod.bias is None for mod in (m.gate_proj, m.up_proj, m.down_proj))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("top_k", 9), ("top_k", 0), ("n_routed_experts", 0), ("d_model", -2), ("d_expert", 0),
+    ("n_shared_experts", -1), ("score_func", "relu"), ("routed_scaling_factor", 0.0),
+    ("n_group", 3), ("topk_group", 2), ("norm_topk_prob", 1),
+])
+def test_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        MoEConfig(**{**BASE, field: value})
+
+
+def test_group_config_rejects_too_few_eligible_experts():
+    with pytest.raises(ValueError, match="top_k"):
+        MoEConfig(**{**BASE, "n_group": 4, "topk_group": 1, "top_k": 3})
+
+
+def test_bad_input_shape_raises():
+    model = make()
+    with pytest.raises(ValueError, match="d_model"):
+        model(torch.randn(2, 3, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x must"):
+        model.load_stats(torch.randn(6, model.cfg.d_model, dtype=torch.float64))
+
+
+def test_published_configs_are_valid():
+    assert MoEConfig.deepseek_v3().n_routed_experts == 256
+    assert MoEConfig.kimi_k2().n_routed_experts == 384
+
+
+# ----------------------------------------------------------------------------- oracle
+@pytest.mark.parametrize("n_group, topk_group, norm", [(1, 1, True), (4, 2, True), (4, 2, False)])
+def test_matches_transformers_deepseek_v3_moe(n_group, topk_group, norm):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+
+    E, k, D, I, S = 16, 3, 32, 24, 2
+    hf_cfg = transformers.DeepseekV3Config(
+        hidden_size=D, moe_intermediate_size=I, n_routed_experts=E, num_experts_per_tok=k,
+        n_shared_experts=S, n_group=n_group, topk_group=topk_group, norm_topk_prob=norm,
+        routed_scaling_factor=2.5, hidden_act="silu",
+    )
+    hf = DeepseekV3MoE(hf_cfg).eval()
+    ours = make(seed=3, dtype=torch.float32, d_model=D, n_routed_experts=E, n_shared_experts=S, top_k=k,
+                d_expert=I, score_func="sigmoid", norm_topk_prob=norm, routed_scaling_factor=2.5,
+                n_group=n_group, topk_group=topk_group)
+    with torch.no_grad():
+        hf.gate.weight.copy_(ours.gate.weight)
+        hf.gate.e_score_correction_bias.copy_(ours.gate.e_score_correction_bias)
+        for e, ex in enumerate(ours.experts):
+            hf.experts.gate_up_proj[e].copy_(torch.cat([ex.gate_proj.weight, ex.up_proj.weight]))
+            hf.experts.down_proj[e].copy_(ex.down_proj.weight)
+        hf.shared_experts.load_state_dict(ours.shared_experts.state_dict(), strict=True)
+
+        x = torch.randn(3, 10, D)
+        expected = hf(x)
+        got = ours(x)
+        _, hf_w, hf_idx = hf.gate(x)
+        our_w, our_idx = ours.gate(x.reshape(-1, D))
+    # same experts per token (top-k order is unspecified), same weights
+    hf_idx, perm = hf_idx.sort(-1)
+    our_idx, our_perm = our_idx.sort(-1)
+    assert torch.equal(our_idx, hf_idx)
+    torch.testing.assert_close(our_w.gather(1, our_perm), hf_w.gather(1, perm), rtol=1e-6, atol=1e-6)
+    assert torch.equal(ours.last_load, torch.bincount(hf_idx.flatten(), minlength=E))
+    assert (got - expected).abs().max().item() < 1e-5
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
