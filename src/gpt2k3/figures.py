@@ -30,10 +30,10 @@ def style(fig: go.Figure, *, title: str, x_title: str, y_title: str, height: int
         template="plotly_white",
         title=dict(text=title, x=0.02, xanchor="left", font=dict(size=16)),
         height=height,
-        margin=dict(l=70, r=30, t=70, b=60),
+        margin=dict(l=70, r=30, t=110, b=60),
         font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),
         hoverlabel=dict(namelength=-1),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0.0),
     )
     fig.update_xaxes(title_text=x_title, showline=True, linecolor="#888", mirror=False)
     fig.update_yaxes(title_text=y_title, showline=True, linecolor="#888", mirror=False)
@@ -154,9 +154,7 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
         raise ValueError(f"lengths must be positive ints, got {lengths!r}")
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=("each step: positions run through the model",
-                                        "running total over the whole generation"))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     fig.add_trace(go.Bar(name="recomputed (result thrown away)", marker_color=PALETTE[1],
                          hovertemplate="step %{x}: %{y} positions recomputed<extra></extra>"), 1, 1)
     fig.add_trace(go.Bar(name="new position (the one used)", marker_color=PALETTE[0],
@@ -167,10 +165,10 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
     fig.add_trace(go.Scatter(name="total needed (with a cache)", mode="lines", line_color=PALETTE[0],
                              hovertemplate="after %{x} tokens: %{y:,} positions needed<extra></extra>"),
                   1, 2)
-    style(fig, title="", x_title="decode step", y_title="positions (tokens x all layers)", height=470)
+    style(fig, title="", x_title="decode step", y_title="positions run at this step", height=500)
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="tokens generated", row=1, col=2)
-    fig.update_yaxes(title_text="positions computed (log scale)", type="log", row=1, col=2)
+    fig.update_yaxes(title_text="running total of positions (log scale)", type="log", row=1, col=2)
     steps = []
     for n in lengths:
         c = decode_waste_counts(prompt_len, n)
@@ -180,7 +178,7 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
             label=str(n),
             data={"x": [c["step"], c["step"], c["step"], c["step"]],
                   "y": [recomputed, c["used"], c["total_computed"], c["total_used"]]},
-            layout={"title.text": (f"Generating {n} tokens after a {prompt_len}-token prompt with no cache: "
+            layout={"title.text": (f"{n} tokens after a {prompt_len}-token prompt, no cache:<br>"
                                    f"{c['total_computed'][-1]:,} positions computed, "
                                    f"{c['total_used'][-1]:,} used ({100 * waste:.1f}% wasted)")}))
     return add_slider(fig, steps, prefix="tokens generated: ", active=active)

@@ -67,7 +67,9 @@ def orthogonal_keys(n: int, d: int, generator: torch.Generator | None = None, dt
     """
     n, d = _check_size(n, "n", 0), _check_size(d, "d", 1)
     if n > d:
-        raise ValueError(f"orthogonal_keys needs n <= d (at most d orthogonal directions exist); got n={n}, d={d}")
+        raise ValueError(
+            f"orthogonal_keys needs n <= d (there are at most d orthogonal directions); got n={n}, d={d}"
+        )
     g = torch.randn(d, d, generator=generator, dtype=torch.float64)
     Q, _ = torch.linalg.qr(g)
     return Q.T[:n].to(dtype).contiguous()
@@ -103,7 +105,9 @@ def write_delta(keys: torch.Tensor, values: torch.Tensor, beta=1.0) -> torch.Ten
     n = keys.shape[0]
     if isinstance(beta, torch.Tensor):
         if beta.shape != (n,):
-            raise ValueError(f"beta must be a float or a tensor of shape (N,) = ({n},); got {tuple(beta.shape)}")
+            raise ValueError(
+                f"beta must be a float or a tensor of shape (N,) = ({n},); got {tuple(beta.shape)}"
+            )
         beta = beta.to(keys.dtype)
     else:
         beta = torch.full((n,), float(beta), dtype=keys.dtype)
@@ -117,7 +121,10 @@ def read(S: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     check_tensor(S, "S", 2)
     check_tensor(keys, "keys", 2)
     if keys.shape[1] != S.shape[0]:
-        raise ValueError(f"keys must have shape (N, D) with D = {S.shape[0]} to match S (D, Dv); got {tuple(keys.shape)}")
+        raise ValueError(
+            f"keys must have shape (N, D) with D = {S.shape[0]} to match S (D, Dv); "
+            f"got {tuple(keys.shape)}"
+        )
     return keys @ S
 
 
@@ -129,7 +136,7 @@ def _write(keys, values, rule: str, beta):
     raise ValueError(f"rule must be one of {_RULES}, got {rule!r}")
 
 
-def retrieval_error(keys: torch.Tensor, values: torch.Tensor, rule: str = "additive", beta=1.0) -> float:
+def retrieval_error(keys: torch.Tensor, values: torch.Tensor, rule: str = "additive", beta=1.0):
     """Write all pairs with ``rule`` and read every key back.
 
     Returns the mean over pairs of the relative L2 error ``|k_i S - v_i| / |v_i|``

@@ -130,7 +130,7 @@ def _pairwise_decay(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _decayed_scores(x: torch.Tensor, y: torch.Tensor, decay: torch.Tensor | None) -> torch.Tensor:
-    r"""``M[i, j] = sum_d x_i[d] y_j[d] decay[i, j, d]`` (or plain ``x_i . y_j`` when ``decay`` is None).
+    r"""Scores ``M[i, j] = sum_d x_i[d] y_j[d] decay[i, j, d]`` (``x_i . y_j`` if ``decay`` is None).
 
     Callers apply the causal mask (``tril``) they need. With one decay per head (``G = 1``) the
     factor comes out of the dot product; with one per channel it cannot, and the product is taken

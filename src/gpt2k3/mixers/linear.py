@@ -22,17 +22,17 @@ Three forms compute the same thing:
 All take ``q, k`` *after* the feature map and apply no hidden ``1/sqrt(D)`` scale (the
 normalising denominator makes such a scale cancel anyway, up to the epsilon).
 
-**The epsilon.** ``eps`` (default ``EPS`` = ``1e-6``) is added to the denominator ``q_t . z_t`` and nowhere
-else. For non-negative features the denominator is a sum of non-negative terms, so it can only
-be zero when every ``q_t . k_s`` is zero -- and in floating point that happens: ``elu1`` is
-computed as ``elu(x) + 1 = (exp(x) - 1) + 1``, which rounds to exactly 0 once ``exp(x)`` drops
-below half the float32 spacing just under 1, i.e. for ``x`` below roughly ``-17`` (the exact
-threshold depends on the vectorised ``expm1`` in use; about ``-37`` in float64). Without the
-epsilon such features give ``0/0 = NaN``; with it they give 0. Otherwise it is negligible: with
-features of order one, ``q_t . z_t`` is of order ``t * D``. (flash-linear-attention uses
-``1e-10``; pass ``eps=1e-10`` to match it.) With ``normalize=False`` the functions return only
-the numerator ``q_t S_t`` -- the unnormalised variant used by later models and by
-flash-linear-attention's default -- and ``eps`` is unused.
+**The epsilon.** ``eps`` (default ``EPS = 1e-6``) is added to the denominator ``q_t . z_t``
+and nowhere else. For non-negative features the denominator is a sum of non-negative terms, so
+it can only be zero when every ``q_t . k_s`` is zero -- and in floating point that happens:
+``elu1`` is computed as ``elu(x) + 1 = (exp(x) - 1) + 1``, which rounds to exactly 0 once
+``exp(x)`` drops below half the float32 spacing just under 1, i.e. for ``x`` below roughly
+``-17`` (the exact threshold depends on the vectorised ``expm1`` in use; about ``-37`` in
+float64). Without the epsilon such features give ``0/0 = NaN``; with it they give 0. Otherwise
+it is negligible: with features of order one, ``q_t . z_t`` is of order ``t * D``.
+(flash-linear-attention uses ``1e-10``; pass ``eps=1e-10`` to match it.) With
+``normalize=False`` the functions return only the numerator ``q_t S_t`` -- the unnormalised
+variant used by later models and by flash-linear-attention's default -- and ``eps`` is unused.
 
 Because a negative feature could make the denominator cross zero, the normalised forms raise
 ``ValueError`` when ``q`` or ``k`` has a negative entry: apply :func:`elu1` (or another
@@ -82,7 +82,8 @@ def elu1(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0 or eps == float("inf"):
+    finite_nonneg = isinstance(eps, (int, float)) and 0 <= eps < float("inf")  # False for NaN
+    if isinstance(eps, bool) or not finite_nonneg:
         raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
     return float(eps)
 
