@@ -1,89 +1,17 @@
-"""Explorable figures for the web book: plotly figures whose sliders work with no kernel.
-
-Every slider step carries its data, computed when the notebook runs, so the static
-HTML page can move between them in the browser.  One function per explorable;
-each returns a :class:`plotly.graph_objects.Figure`.  The shared style lives in
-:func:`style` and :func:`add_slider`, so every figure looks and behaves alike:
-labelled axes with units, log scales where a quantity spans decades, hover text.
-"""
+"""Chapter 1 (GPT-2): where the parameters live; the waste of decoding without a cache."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import plotly.graph_objects as go
 
-from .accounting import COMPONENTS, ArchSpec, count_params
-from .archs import GPT2_FAMILY
+from ..accounting import COMPONENTS, ArchSpec, count_params
+from ..archs import GPT2_FAMILY
+from ._style import PALETTE, Step, add_slider, style
 
-__all__ = ["Step", "style", "add_slider", "param_breakdown", "decode_waste", "decode_waste_counts",
-           "PALETTE"]
+__all__ = ["param_breakdown", "decode_waste", "decode_waste_counts"]
 
-#: Colours used consistently across the book (colour-blind-safe, Okabe-Ito).
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-
-
-def style(fig: go.Figure, *, title: str, x_title: str, y_title: str, height: int = 440) -> go.Figure:
-    """Apply the book's house style in place and return ``fig``."""
-    fig.update_layout(
-        template="plotly_white",
-        title=dict(text=title, x=0.02, xanchor="left", font=dict(size=16)),
-        height=height,
-        margin=dict(l=70, r=30, t=110, b=60),
-        font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),
-        hoverlabel=dict(namelength=-1),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0.0),
-    )
-    fig.update_xaxes(title_text=x_title, showline=True, linecolor="#888", mirror=False)
-    fig.update_yaxes(title_text=y_title, showline=True, linecolor="#888", mirror=False)
-    return fig
-
-
-@dataclass
-class Step:
-    """One slider position: per-trace data updates and layout updates.
-
-    ``data`` maps a trace attribute (``"x"``, ``"y"``, ``"text"``, ...) to a list with one
-    entry per trace the step touches (``traces`` names them; all traces by default).
-    """
-
-    label: str
-    data: dict[str, list[Any]]
-    layout: dict[str, Any] = field(default_factory=dict)
-    traces: Sequence[int] | None = None
-
-
-def add_slider(fig: go.Figure, steps: Sequence[Step], *, prefix: str, active: int = 0) -> go.Figure:
-    """Add a slider whose steps restyle the figure; the figure first shows ``steps[active]``.
-
-    The figure's traces must already exist; the active step's data is applied to
-    them so the initial view and the slider agree.
-    """
-    if not steps:
-        raise ValueError("steps must not be empty")
-    if not 0 <= active < len(steps):
-        raise ValueError(f"active must be in [0, {len(steps)}), got {active}")
-    first = steps[active]
-    for attr, values in first.data.items():
-        for i, value in zip(first.traces or range(len(fig.data)), values):
-            fig.data[i][attr] = value
-    fig.update_layout(first.layout)
-    slider_steps = []
-    for s in steps:
-        args: list[Any] = [s.data, s.layout]
-        if s.traces is not None:
-            args.append(list(s.traces))
-        slider_steps.append(dict(method="update", label=s.label, args=args))
-    fig.update_layout(
-        sliders=[dict(active=active, steps=slider_steps, pad=dict(t=55, b=10),
-                      currentvalue=dict(prefix=prefix, font=dict(size=13)))],
-        margin=dict(b=140),
-    )
-    return fig
-
-
-# --------------------------------------------------------------------------- chapter 1
 
 def param_breakdown(specs: Sequence[ArchSpec] = GPT2_FAMILY, active: int = 0) -> go.Figure:
     """Where a model's parameters live: one bar per component (log scale), a slider over ``specs``."""
@@ -166,7 +94,7 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
                              hovertemplate="after %{x} tokens: %{y:,} positions needed<extra></extra>"),
                   1, 2)
     style(fig, title="", x_title="decode step", y_title="positions run at this step", height=500)
-    fig.update_layout(barmode="stack")
+    fig.update_layout(barmode="stack", margin=dict(t=160))
     fig.update_xaxes(title_text="tokens generated", row=1, col=2)
     fig.update_yaxes(title_text="running total of positions (log scale)", type="log", row=1, col=2)
     steps = []

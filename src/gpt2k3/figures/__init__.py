@@ -1,0 +1,16 @@
+"""Explorable figures for the web book: plotly figures whose sliders work with no kernel.
+
+Every slider step carries its data, computed when the notebook runs, so the static
+HTML page can move between them in the browser.  One function per explorable, each
+returning a :class:`plotly.graph_objects.Figure`; they live in one module per chapter
+and are all importable from here.  The shared style is in :mod:`gpt2k3.figures._style`
+(:func:`style`, :func:`add_slider`), so every figure looks and behaves alike: labelled
+axes with units, log scales where a quantity spans decades, hover text.
+"""
+
+from ._style import PALETTE, Step, add_slider, style
+from .gpt2 import decode_waste, decode_waste_counts, param_breakdown
+
+__all__ = ["PALETTE", "Step", "add_slider", "style",
+           # chapter 1
+           "param_breakdown", "decode_waste", "decode_waste_counts"]

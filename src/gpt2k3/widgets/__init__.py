@@ -1,0 +1,14 @@
+"""Live explorers for Jupyter and Colab: ipywidgets controls that recompute anything.
+
+Each function returns an :class:`Explorer` (an ipywidgets box).  They reuse the figure
+builders of :mod:`gpt2k3.figures`, so the live and static views are the same figure.
+In the static web book a kernel is missing, so the notebooks hide these outputs there
+and say how to run them.  One module per chapter, all importable from here.
+"""
+
+from ._explorer import Explorer, explorer
+from .gpt2 import param_explorer
+
+__all__ = ["Explorer", "explorer",
+           # chapter 1
+           "param_explorer"]

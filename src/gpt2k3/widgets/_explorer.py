@@ -1,0 +1,48 @@
+"""The live-explorer frame shared by every chapter's widgets (see :mod:`gpt2k3.widgets`)."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import ipywidgets as W
+from IPython.display import display
+
+__all__ = ["Explorer", "explorer"]
+
+
+class Explorer(W.VBox):
+    """An ipywidgets box: controls on top, the rendered figure below.
+
+    ``current`` holds what is shown now: the object ``render`` returned, or the
+    message of the ``ValueError`` it raised (an explorer never shows a stale or
+    broken figure).
+    """
+
+    def __init__(self, controls: Mapping[str, W.ValueWidget], render: Callable[..., object],
+                 title: str = ""):
+        self.controls = dict(controls)
+        self.render = render
+        self.output = W.Output()
+        self.current: object = None
+        header = [W.HTML(f"<b>{title}</b>")] if title else []
+        row = W.HBox(list(self.controls.values()), layout=W.Layout(flex_flow="row wrap"))
+        super().__init__([*header, row, self.output])
+        for w in self.controls.values():
+            w.observe(self.redraw, names="value")
+        self.redraw()
+
+    def redraw(self, _change=None) -> None:
+        values = {name: w.value for name, w in self.controls.items()}
+        try:
+            self.current = self.render(**values)
+        except ValueError as err:
+            self.current = W.HTML(f"<b>Not a valid setting:</b> {err}")
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(self.current)
+
+
+def explorer(controls: Mapping[str, W.ValueWidget], render: Callable[..., object],
+             title: str = "") -> Explorer:
+    """Controls on top, the output of ``render(**values)`` below, redrawn on every change."""
+    return Explorer(controls, render, title)
