@@ -31,7 +31,13 @@ def assert_close(a, b, atol=1e-10, rtol=1e-10):
     torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
 
 
-shapes = st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 40), st.integers(1, 6), st.integers(1, 6))
+shapes = st.tuples(
+    st.integers(1, 2),  # B
+    st.integers(1, 3),  # H
+    st.integers(1, 40),  # T
+    st.integers(1, 6),  # Dk
+    st.integers(1, 6),  # Dv
+)
 
 
 # --------------------------------------------------------------------------- the definition
@@ -121,8 +127,9 @@ def test_seed_one_shot_is_the_rule_only_for_one_token():
     q, k, v, beta = make(2, 2, 12, 6, 4, seed=8, beta_max=1.0)
     S0 = make_state(2, 2, 6, 4)
     for t in range(3):  # token by token (T = 1 per call) it IS the delta rule
-        o1, S1 = delta.seed_one_shot(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], beta[:, :, t : t + 1], S0)
-        o2, S2 = delta.recurrent(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], beta[:, :, t : t + 1], S0)
+        token = [x[:, :, t : t + 1] for x in (q, k, v, beta)]
+        o1, S1 = delta.seed_one_shot(*token, state=S0)
+        o2, S2 = delta.recurrent(*token, state=S0)
         assert_close(o1, o2)
         assert_close(S1, S2)
         S0 = S1

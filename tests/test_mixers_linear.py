@@ -203,8 +203,9 @@ def test_fla_naive_recurrent_unnormalised():
     o_ref, S_ref = naive.naive_recurrent_linear_attn(
         to_fla(q), to_fla(k), to_fla(v), scale=1.0, initial_state=S0, output_final_state=True
     )
-    o, (S, _) = linear.recurrent(q, k, v, state=(S0, torch.zeros(2, 3, 8)), normalize=False)
-    o_chk, _ = linear.chunkwise(q, k, v, chunk_size=16, state=(S0, torch.zeros(2, 3, 8)), normalize=False)
+    state = (S0, torch.zeros(2, 3, 8))
+    o, (S, _) = linear.recurrent(q, k, v, state=state, normalize=False)
+    o_chk, _ = linear.chunkwise(q, k, v, chunk_size=16, state=state, normalize=False)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(o_chk.transpose(1, 2), o_ref, atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-4, rtol=1e-5)
@@ -229,11 +230,13 @@ def test_fla_naive_recurrent_normalised_with_state():
 def test_fla_naive_chunk(normalize):
     naive = load_naive("linear_attn")
     q, k, v = make(1, 2, 128, 8, 8, seed=23, dtype=torch.float32)  # fla's chunk form needs T % 64 == 0
-    o_ref = naive.naive_chunk_linear_attn(to_fla(q), to_fla(k), to_fla(v), scale=1.0, normalize=normalize)
-    o, _ = linear.chunkwise(q, k, v, chunk_size=64, eps=1e-10, normalize=normalize)
-    torch.testing.assert_close(o.transpose(1, 2), o_ref, atol=2e-4, rtol=1e-5)
-    torch.testing.assert_close(linear.parallel(q, k, v, eps=1e-10, normalize=normalize).transpose(1, 2), o_ref,
-                               atol=2e-4, rtol=1e-5)
+    o_ref = to_fla(
+        naive.naive_chunk_linear_attn(to_fla(q), to_fla(k), to_fla(v), scale=1.0, normalize=normalize)
+    )
+    o_chk, _ = linear.chunkwise(q, k, v, chunk_size=64, eps=1e-10, normalize=normalize)
+    o_par = linear.parallel(q, k, v, eps=1e-10, normalize=normalize)
+    torch.testing.assert_close(o_chk, o_ref, atol=2e-4, rtol=1e-5)
+    torch.testing.assert_close(o_par, o_ref, atol=2e-4, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -306,9 +309,9 @@ def test_bad_chunk_size(chunk_size):
     [
         (torch.zeros(2, 3, 4, 4), r"state must be a tuple \(S, z\)"),
         ((torch.zeros(2, 3, 4, 4),), r"state must be a tuple \(S, z\)"),
-        ((torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4)), r"state\[0\] \(S\) must have shape \(B, H, Dk, Dv\)"),
+        ((torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4)), r"state\[0\] \(S\) must have shape \(B, H, Dk, Dv"),
         ((torch.zeros(1, 3, 4, 4), torch.zeros(2, 3, 4)), r"state\[0\] \(S\) must have shape"),
-        ((torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 1)), r"state\[1\] \(z\) must have shape \(B, H, Dk\)"),
+        ((torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 1)), r"state\[1\] \(z\) must have shape \(B, H, Dk"),
         ((torch.zeros(2, 3, 4, 4), "z"), r"state\[1\] \(z\) must be a torch.Tensor"),
     ],
 )

@@ -11,6 +11,8 @@ Conventions (see the design notes): sequences are ``(B, H, T, D)``, recurrent st
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 __all__ = [
@@ -65,13 +67,14 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
 
 
 def check_chunk_size(chunk_size) -> int:
-    """Require a positive Python (or NumPy/0-d) integer; ``bool`` is rejected."""
-    if isinstance(chunk_size, bool) or not hasattr(chunk_size, "__index__"):
+    """Require a positive integer (Python, NumPy or 0-d integer tensor); ``bool`` is rejected."""
+    try:
+        size = None if isinstance(chunk_size, bool) else operator.index(chunk_size)
+    except TypeError:
+        size = None
+    if size is None or size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    chunk_size = int(chunk_size.__index__())
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size}")
-    return chunk_size
+    return size
 
 
 def check_per_token(x, name: str, B: int, H: int, T: int) -> torch.Tensor:

@@ -12,8 +12,8 @@ only the correction, with a per-token strength ``beta_t``:
     S_t = S_{t-1} + k_t^\top u_t, \qquad
     o_t = q_t S_t .
 
-Equivalently ``S_t = (I - \beta_t k_t^\top k_t) S_{t-1} + \beta_t k_t^\top v_t``: for a unit key
-and ``beta = 1`` the old value stored under ``k_t`` is replaced exactly.
+Equivalently ``S_t = (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t``: for a unit key and
+``beta = 1`` the old value stored under ``k_t`` is replaced exactly.
 
 :func:`recurrent` is this definition, token by token. :func:`chunkwise` computes the same thing
 a chunk of ``C`` tokens at a time (Yang et al., 2024, "Parallelizing Linear Transformers with the

@@ -88,22 +88,10 @@ def _check_eps(eps) -> float:
     return float(eps)
 
 
-def _prepare(q, k, v, normalize: bool, eps):
-    """Validate the inputs; return dims, dtypes and the inputs cast to the compute dtype."""
-    B, H, T, Dk, Dv = check_qkv(q, k, v)
-    eps = _check_eps(eps)
-    if normalize:
-        check_nonnegative(q, "q", _NONNEG_HINT)
-        check_nonnegative(k, "k", _NONNEG_HINT)
-    cdt, odt = compute_dtype(q, k, v), output_dtype(q, k, v)
-    q, k, v = (x.to(cdt) for x in (q, k, v))
-    return (B, H, T, Dk, Dv), eps, cdt, odt, q, k, v
-
-
-def _initial_state(state, B, H, Dk, Dv, like: torch.Tensor):
-    """Return ``(S, z)`` from ``state`` (checked) or zeros."""
+def _check_state(state, B, H, Dk, Dv):
+    """Check an incoming ``(S, z)``; return it as a tuple, or ``(None, None)`` for no state."""
     if state is None:
-        return like.new_zeros(B, H, Dk, Dv), like.new_zeros(B, H, Dk)
+        return None, None
     if not isinstance(state, (tuple, list)) or len(state) != 2:
         raise ValueError(
             "state must be a tuple (S, z) with S of shape (B, H, Dk, Dv) and z of shape "
@@ -112,7 +100,26 @@ def _initial_state(state, B, H, Dk, Dv, like: torch.Tensor):
     S, z = state
     check_state(S, "state[0] (S)", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
     check_state(z, "state[1] (z)", (B, H, Dk), "(B, H, Dk)")
-    return S.to(like.dtype), z.to(like.dtype)
+    return S, z
+
+
+def _prepare(q, k, v, normalize: bool, eps, state=None):
+    """Validate the inputs and cast them to the compute dtype.
+
+    Returns ``(dims, eps, out_dtype, q, k, v, S, z)`` with ``(S, z)`` the incoming state, or
+    zeros when there is none.
+    """
+    B, H, T, Dk, Dv = check_qkv(q, k, v)
+    eps = _check_eps(eps)
+    if normalize:
+        check_nonnegative(q, "q", _NONNEG_HINT)
+        check_nonnegative(k, "k", _NONNEG_HINT)
+    S, z = _check_state(state, B, H, Dk, Dv)
+    cdt, odt = compute_dtype(q, k, v, S, z), output_dtype(q, k, v)
+    q, k, v = (x.to(cdt) for x in (q, k, v))
+    S = q.new_zeros(B, H, Dk, Dv) if S is None else S.to(cdt)
+    z = q.new_zeros(B, H, Dk) if z is None else z.to(cdt)
+    return (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z
 
 
 def _causal_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -139,7 +146,7 @@ def parallel(q, k, v, eps: float = EPS, normalize: bool = True) -> torch.Tensor:
     Returns:
         ``o`` of shape ``(B, H, T, Dv)``.
     """
-    _, eps, _, odt, q, k, v = _prepare(q, k, v, normalize, eps)
+    _, eps, odt, q, k, v, _, _ = _prepare(q, k, v, normalize, eps)
     A = _causal_scores(q, k)
     o = A @ v
     if normalize:
@@ -161,8 +168,7 @@ def recurrent(q, k, v, state=None, eps: float = EPS, normalize: bool = True):
         ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` and the state after the last token (kept in
         the compute dtype, at least float32).
     """
-    (B, H, T, Dk, Dv), eps, _, odt, q, k, v = _prepare(q, k, v, normalize, eps)
-    S, z = _initial_state(state, B, H, Dk, Dv, q)
+    (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z = _prepare(q, k, v, normalize, eps, state)
     o = q.new_empty(B, H, T, Dv)
     for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
@@ -191,8 +197,7 @@ def chunkwise(q, k, v, chunk_size: int = 64, state=None, eps: float = EPS, norma
         ``(o, (S, z))`` as in :func:`recurrent`.
     """
     chunk_size = check_chunk_size(chunk_size)
-    (B, H, T, Dk, Dv), eps, _, odt, q, k, v = _prepare(q, k, v, normalize, eps)
-    S, z = _initial_state(state, B, H, Dk, Dv, q)
+    (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z = _prepare(q, k, v, normalize, eps, state)
     o = q.new_empty(B, H, T, Dv)
     for start in range(0, T, chunk_size):
         c = slice(start, min(start + chunk_size, T))
@@ -221,7 +226,7 @@ def seed_prefill(q, k, v, eps: float = EPS):
     Returns:
         ``(o, (S, z))``.
     """
-    _, eps, _, odt, q, k, v = _prepare(q, k, v, True, eps)
+    _, eps, odt, q, k, v, _, _ = _prepare(q, k, v, True, eps)
     S = k.transpose(-1, -2) @ v  # (B, H, Dk, Dv): all T tokens, including the future
     z = k.sum(-2)  # (B, H, Dk)
     o = (q @ S) / (q @ z.unsqueeze(-1) + eps)
