@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kv_cache import KVCache, causal_mask
+from .kv_cache import ConcatKVCache, KVCache, causal_mask
 
 __all__ = ["GPTConfig", "GPT", "generate", "trace_shapes"]
 
@@ -109,12 +109,17 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block: ``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))``."""
+    """Pre-LayerNorm transformer block: ``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))``.
 
-    def __init__(self, config: GPTConfig):
+    ``attn`` is the token mixer: GPT-2's causal self-attention by default, or any module
+    with the same ``forward(x, cache=None, layer=0)`` (a linear-attention or delta-rule
+    layer from :mod:`gpt2k3.layers`).
+    """
+
+    def __init__(self, config: GPTConfig, attn: nn.Module | None = None):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
+        self.attn = attn if attn is not None else CausalSelfAttention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
@@ -124,9 +129,16 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Decoder-only GPT-2.  ``forward(idx)`` returns logits for every position."""
+    """Decoder-only GPT-2.  ``forward(idx)`` returns logits for every position.
 
-    def __init__(self, config: GPTConfig):
+    ``mixer``, if given, is called as ``mixer(config, layer_index)`` to build each
+    block's token mixer in place of causal self-attention — this is how the later
+    chapters swap in linear attention, DeltaNet or a hybrid schedule while keeping
+    everything else of GPT-2.  The cache passed to :meth:`forward` must then be one
+    those mixers understand (see :mod:`gpt2k3.layers`).
+    """
+
+    def __init__(self, config: GPTConfig, mixer=None):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
@@ -135,7 +147,8 @@ class GPT(nn.Module):
             wte=nn.Embedding(config.vocab_size, config.n_embd),
             wpe=nn.Embedding(config.block_size, config.n_embd),
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            h=nn.ModuleList([Block(config, mixer(config, i) if mixer is not None else None)
+                             for i in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -161,7 +174,7 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
         """Logits ``(B, T, vocab_size)`` for token ids ``idx`` of shape ``(B, T)``.
 
         With a ``cache``, ``idx`` holds only the new tokens: their positions start at
@@ -240,7 +253,7 @@ class GPT(nn.Module):
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
              temperature: float = 1.0, top_k: int | None = None,
-             generator: torch.Generator | None = None) -> torch.Tensor:
+             generator: torch.Generator | None = None, cache_impl: str = "preallocated") -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
 
     ``temperature=0`` is greedy decoding (argmax); otherwise the next token is
@@ -251,7 +264,11 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
     only the last position's logits.  With ``use_cache=True`` the prompt is run
     once (prefill) and every later step runs one token against a :class:`KVCache`.
     Both give the same tokens (greedy) up to float rounding of the logits.
+    ``cache_impl="concat"`` uses the seed article's concatenating cache instead of the
+    preallocated one (same tokens, more copying; chapter 2 measures the difference).
     """
+    if cache_impl not in ("preallocated", "concat"):
+        raise ValueError(f"cache_impl must be 'preallocated' or 'concat', got {cache_impl!r}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
@@ -268,7 +285,9 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
     was_training = model.training
     model.eval()
     cache = None
-    if use_cache:
+    if use_cache and cache_impl == "concat":
+        cache = ConcatKVCache.for_model(model.config, batch=idx.shape[0])
+    elif use_cache:
         p = next(model.parameters())
         cache = KVCache.for_model(model.config, batch=idx.shape[0], max_len=total,
                                   dtype=p.dtype, device=p.device)

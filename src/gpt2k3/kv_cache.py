@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["KVCache", "causal_mask"]
+__all__ = ["KVCache", "ConcatKVCache", "causal_mask", "seed_cached_attention"]
 
 
 def causal_mask(t: int, past: int, device=None) -> torch.Tensor:
@@ -89,10 +89,12 @@ class KVCache:
         """
         if not 0 <= layer < self.n_layer:
             raise ValueError(f"layer must be in [0, {self.n_layer}), got {layer}")
-        expected = (self.batch, self.n_head, k.shape[2], self.head_dim)
-        if k.shape != expected or v.shape != expected:
-            raise ValueError(f"k and v must have shape (B, H, t, D) = {expected}, "
-                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        _check_kv(k, v, self.batch, self.n_head, self.head_dim)
+        buf = self.k[layer]
+        if k.dtype != buf.dtype or v.dtype != buf.dtype:
+            raise ValueError(f"k and v must have the cache's dtype {buf.dtype}, got {k.dtype} and {v.dtype}")
+        if k.device != buf.device or v.device != buf.device:
+            raise ValueError(f"k and v must be on the cache's device {buf.device}, got {k.device}")
         t = k.shape[2]
         self.check_room(t)
         end = self.length + t
@@ -108,3 +110,83 @@ class KVCache:
     def reset(self) -> None:
         """Forget every cached position (buffers are kept)."""
         self.length = 0
+
+
+def _check_kv(k: torch.Tensor, v: torch.Tensor, batch: int, n_head: int, head_dim: int) -> None:
+    if k.dim() != 4 or k.shape != v.shape or k.shape[0] != batch or k.shape[1] != n_head \
+            or k.shape[3] != head_dim:
+        raise ValueError(f"k and v must have shape (B, H, t, D) = ({batch}, {n_head}, t, {head_dim}), "
+                         f"got {tuple(k.shape)} and {tuple(v.shape)}")
+
+
+class ConcatKVCache:
+    """The seed article's cache: every step concatenates the new keys and values onto the
+    old ones with ``torch.cat``.
+
+    Same interface as :class:`KVCache`, same results; the difference is cost.  Each
+    step allocates new tensors and copies the whole cache, so step ``n`` moves O(n)
+    bytes just to append one position, where :class:`KVCache` writes one position in
+    place.  Kept as the comparison point of chapter 2's benchmark.
+    """
+
+    def __init__(self, n_layer: int, batch: int, n_head: int, head_dim: int):
+        for name, value in (("n_layer", n_layer), ("batch", batch), ("n_head", n_head),
+                            ("head_dim", head_dim)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.n_layer, self.batch, self.n_head, self.head_dim = n_layer, batch, n_head, head_dim
+        self.k: list[torch.Tensor | None] = [None] * n_layer
+        self.v: list[torch.Tensor | None] = [None] * n_layer
+        self.length = 0
+        self.bytes_copied = 0  #: bytes moved by torch.cat so far (the O(N) per step)
+
+    @classmethod
+    def for_model(cls, config, batch: int = 1) -> "ConcatKVCache":
+        return cls(config.n_layer, batch, config.n_head, config.n_embd // config.n_head)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
+
+    def check_room(self, t: int) -> None:
+        """A concatenating cache has no fixed capacity (the model's block size still applies)."""
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= layer < self.n_layer:
+            raise ValueError(f"layer must be in [0, {self.n_layer}), got {layer}")
+        _check_kv(k, v, self.batch, self.n_head, self.head_dim)
+        if self.k[layer] is not None:
+            k = torch.cat((self.k[layer], k), dim=2)
+            v = torch.cat((self.v[layer], v), dim=2)
+            self.bytes_copied += 2 * k.numel() * k.element_size()
+        self.k[layer], self.v[layer] = k, v
+        return k, v
+
+    def advance(self, t: int) -> None:
+        self.length += t
+
+    def reset(self) -> None:
+        self.k = [None] * self.n_layer
+        self.v = [None] * self.n_layer
+        self.length = 0
+
+
+def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          past_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+                          ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The seed article's cached attention, reproduced to show its masking bug.
+
+    It concatenates the cache and applies the causal mask *only when the cache is
+    empty*.  That is right for a whole-prompt prefill and for one-token decode steps,
+    but a chunk of ``t > 1`` tokens arriving after a non-empty cache lets every token
+    of the chunk attend to the chunk's later tokens — its future.  Compare
+    :func:`causal_mask`, which the model uses.  Shapes ``(B, H, t, D)``.
+    """
+    if past_kv is not None:
+        k = torch.cat((past_kv[0], k), dim=2)
+        v = torch.cat((past_kv[1], v), dim=2)
+    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    if past_kv is None:  # the bug: no mask once a cache exists
+        t = q.shape[2]
+        scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+    return scores.softmax(-1) @ v, (k, v)
