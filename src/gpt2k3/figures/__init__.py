@@ -10,7 +10,12 @@ axes with units, log scales where a quantity spans decades, hover text.
 
 from ._style import PALETTE, Step, add_slider, style
 from .gpt2 import decode_waste, decode_waste_counts, param_breakdown
+from .kv_cache import (cache_bound_crossover, cache_growth, decode_roofline, decode_speed,
+                       decode_step_bytes, human_bytes, registered_specs)
 
 __all__ = ["PALETTE", "Step", "add_slider", "style",
            # chapter 1
-           "param_breakdown", "decode_waste", "decode_waste_counts"]
+           "param_breakdown", "decode_waste", "decode_waste_counts",
+           # chapter 2
+           "registered_specs", "human_bytes", "cache_growth", "decode_step_bytes",
+           "cache_bound_crossover", "decode_speed", "decode_roofline"]

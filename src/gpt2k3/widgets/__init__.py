@@ -8,7 +8,10 @@ and say how to run them.  One module per chapter, all importable from here.
 
 from ._explorer import Explorer, explorer
 from .gpt2 import param_explorer
+from .kv_cache import cache_explorer
 
 __all__ = ["Explorer", "explorer",
            # chapter 1
-           "param_explorer"]
+           "param_explorer",
+           # chapter 2
+           "cache_explorer"]

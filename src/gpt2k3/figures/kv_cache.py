@@ -1,0 +1,226 @@
+"""Chapter 2 (the KV cache): cache growth, what a decode step reads, the cache-bound
+crossover, and the measured decode speed against its roofline."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from .. import archs
+from ..accounting import ArchSpec, count_params, kv_cache_bytes
+from ._style import PALETTE, Step, add_slider, style
+
+__all__ = ["registered_specs", "human_bytes", "weight_and_cache_bytes", "cache_growth",
+           "decode_step_bytes", "cache_bound_crossover", "decode_speed", "decode_roofline",
+           "DTYPE_BYTES", "log_grid"]
+
+#: Bytes per number of the storage formats the chapters compare.
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
+
+
+def registered_specs() -> list[ArchSpec]:
+    """Every :class:`ArchSpec` published in :mod:`gpt2k3.archs`, in the order listed there."""
+    seen, out = set(), []
+    for name in archs.__all__:
+        spec = getattr(archs, name)
+        if isinstance(spec, ArchSpec) and spec.name not in seen:
+            seen.add(spec.name)
+            out.append(spec)
+    return out
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'`` (binary units, three significant digits)."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def log_grid(lo: int, hi: int, per_decade: int = 4) -> list[int]:
+    """Distinct integers from ``lo`` to ``hi`` spaced evenly on a log axis (ends included)."""
+    if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
+        raise ValueError(f"need integers 1 <= lo <= hi, got lo={lo!r}, hi={hi!r}")
+    import math
+
+    n = max(2, int(round(math.log10(hi / lo) * per_decade)) + 1) if hi > lo else 1
+    pts = sorted({round(lo * (hi / lo) ** (i / max(n - 1, 1))) for i in range(n)} | {lo, hi})
+    return pts
+
+
+def weight_and_cache_bytes(spec: ArchSpec, context: int, batch: int = 1, weight_bytes: float = 2,
+                           cache_bytes: float = 2) -> tuple[float, float]:
+    """Bytes one decode step reads: the active weights once (shared by the whole batch),
+    and every sequence's KV cache at ``context`` positions."""
+    if weight_bytes <= 0 or cache_bytes <= 0:
+        raise ValueError(f"weight_bytes and cache_bytes must be > 0, got {weight_bytes}, {cache_bytes}")
+    w = count_params(spec).active * weight_bytes
+    # kv_cache_bytes takes whole bytes per number; scale for sub-byte formats (int4)
+    c = kv_cache_bytes(spec, context, batch=batch, dtype_bytes=1) * cache_bytes
+    return w, c
+
+
+def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int] = (1, 8, 64),
+                 dtype: str = "bf16", max_context: int = 1 << 20, active: int = 0) -> go.Figure:
+    """KV-cache bytes against context length (1 to ``max_context``) for a few batch sizes,
+    next to the bytes of the model's weights; a slider over models."""
+    specs = list(specs) if specs is not None else registered_specs()
+    if not specs:
+        raise ValueError("specs must hold at least one ArchSpec")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    if not batches or any(not isinstance(b, int) or b < 1 for b in batches):
+        raise ValueError(f"batches must be positive ints, got {batches!r}")
+    nbytes = DTYPE_BYTES[dtype]
+    ctx = log_grid(1, max_context)
+    fig = go.Figure()
+    for i, b in enumerate(batches):
+        fig.add_trace(go.Scatter(name=f"KV cache, batch {b}", mode="lines", line_color=PALETTE[i % 6],
+                                 hovertemplate="context %{x:,}: %{text}<extra>batch " + str(b) + "</extra>"))
+    fig.add_trace(go.Scatter(name="weights", mode="lines", line=dict(color="#555", dash="dash"),
+                             hovertemplate="weights: %{text}<extra></extra>"))
+    style(fig, title="", x_title="context length (tokens, log scale)", y_title="bytes (log scale)",
+          height=480)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    steps = []
+    for spec in specs:
+        ys, texts = [], []
+        for b in batches:
+            y = [weight_and_cache_bytes(spec, n, b, nbytes, nbytes)[1] for n in ctx]
+            ys.append(y)
+            texts.append([human_bytes(v) for v in y])
+        w = weight_and_cache_bytes(spec, 1, 1, nbytes, nbytes)[0]
+        total_w = count_params(spec).total * nbytes
+        ys.append([total_w] * len(ctx))
+        texts.append([human_bytes(total_w)] * len(ctx))
+        cross = [n for n in ctx if weight_and_cache_bytes(spec, n, 1, nbytes, nbytes)[1] >= w]
+        where = (f"batch-1 cache outweighs the weights read per step from {cross[0]:,} tokens"
+                 if cross else "batch-1 cache stays below the weights up to this context")
+        steps.append(Step(label=spec.name, data={"x": [ctx] * len(ys), "y": ys, "text": texts},
+                          layout={"title.text": f"{spec.name}, {dtype} cache: {where}"}))
+    return add_slider(fig, steps, prefix="model: ", active=active)
+
+
+def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
+                      contexts: Sequence[int] = (1, 256, 4096, 32768, 131072, 1 << 20),
+                      batch: int = 1, weight_dtype: str = "bf16", cache_dtype: str = "bf16",
+                      active: int = 0) -> go.Figure:
+    """What one decode step reads, per model: weights vs KV cache (log scale); a slider over
+    context length.  With a single context there is no slider."""
+    specs = list(specs) if specs is not None else registered_specs()
+    contexts = list(contexts)
+    if not specs or not contexts:
+        raise ValueError("specs and contexts must not be empty")
+    for name, d in (("weight_dtype", weight_dtype), ("cache_dtype", cache_dtype)):
+        if d not in DTYPE_BYTES:
+            raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}, got {d!r}")
+    if not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    names = [s.name for s in specs]
+    fig = go.Figure([
+        go.Bar(name="weights read", x=names, marker_color=PALETTE[0],
+               hovertemplate="%{x}: weights %{text}<extra></extra>"),
+        go.Bar(name="KV cache read", x=names, marker_color=PALETTE[1],
+               hovertemplate="%{x}: KV cache %{text}<extra></extra>"),
+    ])
+    style(fig, title="", x_title="model", y_title="bytes read per decode step (log scale)", height=480)
+    fig.update_yaxes(type="log")
+    fig.update_layout(barmode="group")
+    wb, cb = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[cache_dtype]
+    steps = []
+    for n in contexts:
+        pairs = [weight_and_cache_bytes(s, n, batch, wb, cb) for s in specs]
+        w, c = [p[0] for p in pairs], [p[1] for p in pairs]
+        bound = [s.name for s, (a, b) in zip(specs, pairs) if b > a]
+        title = (f"Context {n:,}, batch {batch}: cache-bound — " + ", ".join(bound)) if bound else \
+            f"Context {n:,}, batch {batch}: every model reads more weights than cache"
+        steps.append(Step(label=f"{n:,}", data={"y": [w, c], "text": [[human_bytes(v) for v in w],
+                                                                        [human_bytes(v) for v in c]]},
+                          layout={"title.text": title}))
+    if len(steps) == 1:
+        for i, (y, t) in enumerate(zip(steps[0].data["y"], steps[0].data["text"])):
+            fig.data[i].y, fig.data[i].text = y, t
+        fig.update_layout(steps[0].layout)
+        return fig
+    return add_slider(fig, steps, prefix="context length: ", active=active)
+
+
+def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
+                          batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+                          weight_dtype: str = "bf16", cache_dtypes: Sequence[str] = ("fp32", "bf16", "fp8"),
+                          active: int = 1) -> go.Figure:
+    """The context length at which a decode step reads as many cache bytes as weight bytes,
+    against batch size, per model; a slider over the cache's number format."""
+    specs = list(specs) if specs is not None else registered_specs()
+    if not specs:
+        raise ValueError("specs must hold at least one ArchSpec")
+    for d in (weight_dtype, *cache_dtypes):
+        if d not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {d!r}")
+    batches = list(batches)
+    fig = go.Figure([go.Scatter(name=s.name, mode="lines+markers", line_color=PALETTE[i % len(PALETTE)],
+                                hovertemplate="batch %{x}: cache-bound beyond %{y:,.0f} tokens"
+                                              "<extra>" + s.name + "</extra>")
+                     for i, s in enumerate(specs)])
+    style(fig, title="", x_title="batch size (sequences decoded together, log scale)",
+          y_title="crossover context length (tokens, log scale)", height=480)
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    wb = DTYPE_BYTES[weight_dtype]
+    steps = []
+    for d in cache_dtypes:
+        ys = []
+        for s in specs:
+            w, per_token = weight_and_cache_bytes(s, 1, 1, wb, DTYPE_BYTES[d])
+            ys.append([w / (per_token * b) for b in batches])
+        steps.append(Step(label=d, data={"x": [batches] * len(specs), "y": ys},
+                          layout={"title.text": f"Weights in {weight_dtype}, KV cache in {d}: "
+                                                f"above its line, a model's decode step is cache-bound"}))
+    return add_slider(fig, steps, prefix="cache format: ", active=min(active, len(steps) - 1))
+
+
+def decode_speed(result: Mapping) -> go.Figure:
+    """Measured tokens/s of the four decoders (from ``benchmarks/results/decode_*.json``)
+    against the memory-bandwidth bound."""
+    tps = result["tokens_per_s"]
+    names = list(tps)
+    fig = go.Figure(go.Bar(x=names, y=[tps[n] for n in names], marker_color=PALETTE[0],
+                           text=[f"{tps[n]:.1f}" for n in names], textposition="outside",
+                           hovertemplate="%{x}: %{y:.2f} tokens/s<extra></extra>", name="measured"))
+    bound = result["bandwidth_bound_tokens_per_s"]
+    fig.add_hline(y=bound, line_dash="dash", line_color=PALETTE[5],
+                  annotation_text=f"bandwidth bound {bound:.1f} tokens/s", annotation_position="top left")
+    m = result["machine"]
+    style(fig, title=f"GPT-2 small, batch 1, {result['config']['dtype']}, {m['torch_threads']} threads "
+                     f"on {m.get('gpu', m['cpu'])}", x_title="decoder", y_title="tokens per second")
+    fig.update_yaxes(range=[0, 1.2 * max(bound, max(tps.values()))])
+    return fig
+
+
+def decode_roofline(results: Mapping[str, Mapping]) -> go.Figure:
+    """Measured time of one decode step against context, next to bytes moved / bandwidth,
+    for each device with results (keys are device labels)."""
+    if not results:
+        raise ValueError("results must hold at least one device's benchmark")
+    fig = go.Figure()
+    for i, (label, r) in enumerate(results.items()):
+        rows = r["step_vs_context"]
+        x = [row["context"] for row in rows]
+        fig.add_trace(go.Scatter(x=x, y=[1e3 * row["seconds"] for row in rows], mode="markers",
+                                 marker=dict(size=9, color=PALETTE[2 * i]), name=f"measured, {label}",
+                                 hovertemplate="N=%{x:,}: %{y:.2f} ms<extra>measured</extra>"))
+        fig.add_trace(go.Scatter(x=x, y=[1e3 * row["roofline_seconds"] for row in rows], mode="lines",
+                                 line=dict(color=PALETTE[2 * i], dash="dot"),
+                                 name=f"roofline, {label} "
+                                      f"({r['read_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s)",
+                                 hovertemplate="N=%{x:,}: %{y:.2f} ms<extra>bytes / bandwidth</extra>"))
+    style(fig, title="One decode step of a GPT-2-small-shaped model against a filled KV cache",
+          x_title="cached context N (tokens, log scale)", y_title="time per decode step (ms, log scale)")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig

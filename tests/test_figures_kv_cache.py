@@ -1,0 +1,91 @@
+"""Chapter 2's figures: slider steps carry the accounting's numbers."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpt2k3 import figures as F
+from gpt2k3.accounting import count_params, kv_cache_bytes
+from gpt2k3.archs import GPT2_FAMILY, GPT2_SMALL
+from gpt2k3.figures.kv_cache import log_grid, weight_and_cache_bytes
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def test_registered_specs_include_the_gpt2_family():
+    names = [s.name for s in F.registered_specs()]
+    assert names[:4] == [s.name for s in GPT2_FAMILY]
+
+
+def test_human_bytes_and_log_grid():
+    assert F.human_bytes(1536) == "1.5 KiB"
+    assert F.human_bytes(3 * 2**30) == "3 GiB"
+    assert F.human_bytes(12) == "12 B"
+    g = log_grid(1, 1 << 20)
+    assert g[0] == 1 and g[-1] == 1 << 20 and g == sorted(set(g))
+    with pytest.raises(ValueError):
+        log_grid(0, 10)
+    with pytest.raises(ValueError):
+        F.human_bytes(-1)
+
+
+def test_weight_and_cache_bytes():
+    w, c = weight_and_cache_bytes(GPT2_SMALL, 100, batch=2, weight_bytes=2, cache_bytes=0.5)
+    assert w == count_params(GPT2_SMALL).active * 2
+    assert c == kv_cache_bytes(GPT2_SMALL, 100, batch=2, dtype_bytes=1) * 0.5
+    with pytest.raises(ValueError, match="weight_bytes"):
+        weight_and_cache_bytes(GPT2_SMALL, 1, weight_bytes=0)
+
+
+def test_cache_growth_steps_are_the_accounting():
+    fig = F.cache_growth(GPT2_FAMILY, batches=(1, 4), dtype="fp32")
+    steps = fig.layout.sliders[0].steps
+    assert [s.label for s in steps] == [s.name for s in GPT2_FAMILY]
+    x = steps[1].args[0]["x"][0]
+    y = steps[1].args[0]["y"][1]  # batch 4
+    assert x[0] == 1 and x[-1] == 1 << 20
+    assert y[-1] == kv_cache_bytes(GPT2_FAMILY[1], 1 << 20, batch=4, dtype_bytes=4)
+    with pytest.raises(ValueError, match="dtype"):
+        F.cache_growth(dtype="fp12")
+
+
+def test_decode_step_bytes_slider_over_context_and_single_context():
+    fig = F.decode_step_bytes(GPT2_FAMILY, contexts=(1, 65536))
+    s1, s2 = fig.layout.sliders[0].steps
+    assert s1.args[0]["y"][0] == s2.args[0]["y"][0]        # weights do not depend on context
+    assert s2.args[0]["y"][1][0] > s1.args[0]["y"][1][0]    # the cache does
+    assert "cache-bound" in s2.args[1]["title.text"]
+    single = F.decode_step_bytes(GPT2_FAMILY, contexts=(8,))
+    assert not single.layout.sliders and single.data[1].y[0] == kv_cache_bytes(GPT2_SMALL, 8)
+    with pytest.raises(ValueError, match="batch"):
+        F.decode_step_bytes(batch=0)
+
+
+def test_crossover_is_where_cache_equals_weights():
+    fig = F.cache_bound_crossover([GPT2_SMALL], batches=(1, 8), cache_dtypes=("bf16", "fp8"))
+    bf16, fp8 = fig.layout.sliders[0].steps
+    n1 = bf16.args[0]["y"][0][0]
+    w, c = weight_and_cache_bytes(GPT2_SMALL, round(n1), 1)
+    assert abs(c / w - 1) < 1e-3
+    assert fp8.args[0]["y"][0][0] == pytest.approx(2 * n1)       # half the bytes, twice the tokens
+    assert bf16.args[0]["y"][0][1] == pytest.approx(n1 / 8)      # 8 sequences share the weights
+
+
+def test_cache_explorer_renders_and_rejects_empty_choice():
+    from gpt2k3.widgets import cache_explorer
+
+    e = cache_explorer()
+    assert "Context 4,096" in e.current.layout.title.text
+    e.controls["context"].value = 1 << 20
+    assert "1,048,576" in e.current.layout.title.text
+    e.controls["model"].value = ()
+    assert "at least one model" in e.current.value
+
+
+@pytest.mark.skipif(not (RESULTS / "decode_cpu.json").exists(), reason="no decode benchmark results")
+def test_benchmark_results_plot():
+    r = json.loads((RESULTS / "decode_cpu.json").read_text())
+    assert r["tokens_identical"] is True
+    assert len(F.decode_speed(r).data[0].y) == 4
+    assert len(F.decode_roofline({"CPU": r}).data) == 2
