@@ -122,3 +122,32 @@ def test_concat_cache_validates():
     with pytest.raises(ValueError, match="cache_impl"):
         generate(GPT(GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=1, n_embd=4)),
                  torch.zeros(1, 1, dtype=torch.long), 1, cache_impl="ring")
+
+
+def test_concat_copy_bytes_matches_the_cache():
+    from gpt2k3.kv_cache import concat_copy_bytes
+
+    cfg = GPTConfig(block_size=64, vocab_size=20, n_layer=2, n_head=2, n_embd=8)
+    model = GPT(cfg).eval()
+    cache = ConcatKVCache.for_model(cfg)
+    with torch.no_grad():
+        model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+        for _ in range(7):
+            model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+    assert cache.bytes_copied == concat_copy_bytes(2, 8, 5, 7, 4)
+    with pytest.raises(ValueError, match="n_new"):
+        concat_copy_bytes(2, 8, 5, -1)
+
+
+def test_results_loader(tmp_path, monkeypatch):
+    from gpt2k3 import results
+
+    with pytest.raises(ValueError, match="plain file name"):
+        results.load("../secrets.json")
+    d = tmp_path / "benchmarks" / "results"
+    d.mkdir(parents=True)
+    (d / "x.json").write_text('{"a": 1}')
+    monkeypatch.chdir(tmp_path)
+    assert results.results_dir() == d
+    assert results.exists("x.json") and not results.exists("y.json")
+    assert results.load("x.json") == {"a": 1}

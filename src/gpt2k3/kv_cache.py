@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["KVCache", "ConcatKVCache", "causal_mask", "seed_cached_attention"]
+__all__ = ["KVCache", "ConcatKVCache", "causal_mask", "seed_cached_attention", "concat_copy_bytes"]
 
 
 def causal_mask(t: int, past: int, device=None) -> torch.Tensor:
@@ -169,6 +169,21 @@ class ConcatKVCache:
         self.k = [None] * self.n_layer
         self.v = [None] * self.n_layer
         self.length = 0
+
+
+def concat_copy_bytes(n_layer: int, n_embd: int, prompt_len: int, n_new: int, dtype_bytes: int = 4) -> int:
+    """Bytes :class:`ConcatKVCache` copies while decoding ``n_new`` tokens after a
+    ``prompt_len``-token prefill: step ``i`` rebuilds K and V of every layer at length
+    ``prompt_len + i`` — a sum that grows quadratically with ``n_new`` — where the
+    preallocated cache writes one position per step."""
+    for name, value in (("n_layer", n_layer), ("n_embd", n_embd), ("prompt_len", prompt_len),
+                        ("dtype_bytes", dtype_bytes)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not isinstance(n_new, int) or n_new < 0:
+        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
+    positions = sum(prompt_len + i for i in range(1, n_new + 1))
+    return 2 * n_layer * n_embd * positions * dtype_bytes
 
 
 def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -48,11 +48,13 @@ class Step:
     traces: Sequence[int] | None = None
 
 
-def add_slider(fig: go.Figure, steps: Sequence[Step], *, prefix: str, active: int = 0) -> go.Figure:
+def add_slider(fig: go.Figure, steps: Sequence[Step], *, prefix: str, active: int = 0,
+               pad_top: int = 55) -> go.Figure:
     """Add a slider whose steps restyle the figure; the figure first shows ``steps[active]``.
 
     The figure's traces must already exist; the active step's data is applied to
-    them so the initial view and the slider agree.
+    them so the initial view and the slider agree.  ``pad_top`` is the gap in pixels
+    between the plot and the slider (more for rotated tick labels).
     """
     if not steps:
         raise ValueError("steps must not be empty")
@@ -70,9 +72,9 @@ def add_slider(fig: go.Figure, steps: Sequence[Step], *, prefix: str, active: in
             args.append(list(s.traces))
         slider_steps.append(dict(method="update", label=s.label, args=args))
     fig.update_layout(
-        sliders=[dict(active=active, steps=slider_steps, pad=dict(t=55, b=10),
+        sliders=[dict(active=active, steps=slider_steps, pad=dict(t=pad_top, b=10),
                       currentvalue=dict(prefix=prefix, font=dict(size=13)))],
-        margin=dict(b=140),
+        margin=dict(b=85 + pad_top),
     )
     return fig
 

@@ -102,7 +102,7 @@ def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int]
         where = (f"batch-1 cache outweighs the weights read per step from {cross[0]:,} tokens"
                  if cross else "batch-1 cache stays below the weights up to this context")
         steps.append(Step(label=spec.name, data={"x": [ctx] * len(ys), "y": ys, "text": texts},
-                          layout={"title.text": f"{spec.name}, {dtype} cache: {where}"}))
+                          layout={"title.text": f"{spec.name}, {dtype} cache:<br>{where}"}))
     return add_slider(fig, steps, prefix="model: ", active=active)
 
 
@@ -128,7 +128,7 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
         go.Bar(name="KV cache read", x=names, marker_color=PALETTE[1],
                hovertemplate="%{x}: KV cache %{text}<extra></extra>"),
     ])
-    style(fig, title="", x_title="model", y_title="bytes read per decode step (log scale)", height=480)
+    style(fig, title="", x_title="", y_title="bytes read per decode step (log scale)", height=520)
     fig.update_yaxes(type="log")
     fig.update_layout(barmode="group")
     wb, cb = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[cache_dtype]
@@ -137,8 +137,8 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
         pairs = [weight_and_cache_bytes(s, n, batch, wb, cb) for s in specs]
         w, c = [p[0] for p in pairs], [p[1] for p in pairs]
         bound = [s.name for s, (a, b) in zip(specs, pairs) if b > a]
-        title = (f"Context {n:,}, batch {batch}: cache-bound — " + ", ".join(bound)) if bound else \
-            f"Context {n:,}, batch {batch}: every model reads more weights than cache"
+        title = (f"Context {n:,}, batch {batch}: cache-bound —<br>" + ", ".join(bound)) if bound else \
+            f"Context {n:,}, batch {batch}:<br>every model reads more weights than cache"
         steps.append(Step(label=f"{n:,}", data={"y": [w, c], "text": [[human_bytes(v) for v in w],
                                                                         [human_bytes(v) for v in c]]},
                           layout={"title.text": title}))
@@ -147,7 +147,7 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
             fig.data[i].y, fig.data[i].text = y, t
         fig.update_layout(steps[0].layout)
         return fig
-    return add_slider(fig, steps, prefix="context length: ", active=active)
+    return add_slider(fig, steps, prefix="context length: ", active=active, pad_top=90)
 
 
 def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
@@ -179,7 +179,7 @@ def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
             w, per_token = weight_and_cache_bytes(s, 1, 1, wb, DTYPE_BYTES[d])
             ys.append([w / (per_token * b) for b in batches])
         steps.append(Step(label=d, data={"x": [batches] * len(specs), "y": ys},
-                          layout={"title.text": f"Weights in {weight_dtype}, KV cache in {d}: "
+                          layout={"title.text": f"Weights in {weight_dtype}, KV cache in {d}:<br>"
                                                 f"above its line, a model's decode step is cache-bound"}))
     return add_slider(fig, steps, prefix="cache format: ", active=min(active, len(steps) - 1))
 
