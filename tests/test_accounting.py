@@ -93,3 +93,312 @@ def test_the_headline_ratio():
     assert int(headline) == 22_580
     assert round(exact) == 22_501
     assert isinstance(ArchSpec.field_names(), tuple)
+
+
+# ----------------------------------------------------------------------------- chapter 7:
+# MLA, MoE, linear-state layers, cache / state bytes, bytes moved and FLOPs per token
+from gpt2k3.accounting import (  # noqa: E402
+    DETAIL_COMPONENTS,
+    ParamCount,
+    decode_bytes_per_token,
+    flops_per_token,
+    hybrid_layers,
+    kv_numbers_per_layer,
+    kv_numbers_per_token,
+    mla_decode_costs,
+    state_bytes,
+    state_numbers_per_layer,
+)
+from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B, MOE_MODELS, PUBLISHED  # noqa: E402
+
+ALL_SPECS = (*GPT2_FAMILY, *MOE_MODELS)
+
+#: A small hybrid MoE model: every kind of layer, cheap to reason about.
+TINY = ArchSpec(name="tiny", vocab_size=100, n_layer=6, d_model=16, n_head=4, d_ff=40,
+                bias=False, norm="rmsnorm", tied_embeddings=False, mlp="swiglu", position="rope",
+                attention="mla", q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4,
+                qk_rope_head_dim=2, v_head_dim=5, kda_layers=(0, 1, 3, 4), kda_n_head=2,
+                kda_head_dim=3, kda_conv_kernel=4, n_routed_experts=8, n_shared_experts=2, top_k=3,
+                d_expert=7, first_k_dense=2)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.name)
+def test_breakdowns_add_up(spec):
+    c = count_params(spec)
+    assert isinstance(c, ParamCount)
+    assert tuple(c.breakdown) == COMPONENTS and tuple(c.detail) == DETAIL_COMPONENTS
+    assert sum(c.breakdown.values()) == sum(c.detail.values()) == c.total
+    assert sum(c.active_detail.values()) == c.active <= c.total
+    assert c.breakdown["attention"] == c.detail["softmax attention"] + c.detail["linear attention"]
+    assert c.breakdown["MLP"] == sum(c.detail[k] for k in ("dense MLP", "router", "shared experts",
+                                                            "routed experts"))
+    assert 0 < c.matmul_active <= c.active + spec.vocab_size * spec.d_model
+
+
+def test_tiny_hybrid_counts_by_hand():
+    d = 16
+    mla = d * 8 + 8 + 8 * 4 * 6 + d * (6 + 2) + 6 + 6 * 4 * (4 + 5) + 4 * 5 * d
+    kda = 3 * d * 6 + 4 * 3 * 6 + 2 + d * 3 + 3 * 6 + 6 + d * 2 + d * 3 + 3 * 6 + 3 + 6 * d
+    c = count_params(TINY)
+    assert TINY.layer_mixers == ("kda", "kda", "mla", "kda", "kda", "mla")
+    assert c.detail["softmax attention"] == 2 * mla
+    assert c.detail["linear attention"] == 4 * kda
+    assert c.detail["dense MLP"] == 2 * 3 * d * 40
+    assert c.detail["router"] == 4 * 8 * d
+    assert c.detail["shared experts"] == 4 * 2 * 3 * d * 7
+    assert c.detail["routed experts"] == 4 * 8 * 3 * d * 7
+    assert c.active_detail["routed experts"] == 4 * 3 * 3 * d * 7
+    assert c.detail["norms"] == (2 * 6 + 1) * d
+    assert c.detail["head"] == c.detail["token embeddings"] == 100 * d
+    assert c.active == c.total - 4 * (8 - 3) * 3 * d * 7
+
+
+@pytest.mark.parametrize("spec", GPT2_FAMILY, ids=lambda s: s.name)
+def test_dense_models_are_fully_active(spec):
+    c = count_params(spec)
+    assert c.active == c.total and c.active_detail == c.detail
+    # GPT-2 multiplies through its attention and MLP weights and the (tied) head
+    d, L = spec.d_model, spec.n_layer
+    assert c.matmul_active == L * (4 * d * d + 8 * d * d) + spec.vocab_size * d
+
+
+def test_published_moe_models_are_sparse_as_reported():
+    for spec in MOE_MODELS:
+        c, pub = count_params(spec), PUBLISHED[spec.name]
+        # within the rounding of the published headline (and of its convention)
+        assert abs(c.total / pub["total"] - 1) < 0.05, spec.name
+        assert abs(c.active / pub["active"] - 1) < 0.2, spec.name
+    # DeepSeek-V3: each MoE layer's active experts are exactly as wide as its dense MLP
+    assert (DEEPSEEK_V3.top_k + DEEPSEEK_V3.n_shared_experts) * DEEPSEEK_V3.d_expert == DEEPSEEK_V3.d_ff
+
+
+def test_hybrid_layers():
+    assert hybrid_layers(27, 3) == KIMI_LINEAR_48B.kda_layers
+    attention = [i + 1 for i in range(27) if i not in hybrid_layers(27, 3)]
+    assert attention == [4, 8, 12, 16, 20, 24, 27]  # Kimi Linear's full_attn_layers (1-based)
+    assert hybrid_layers(8, 0) == ()
+    assert hybrid_layers(8, 100) == tuple(range(7))  # the last layer always attends
+    assert hybrid_layers(1, 3) == ()
+    for bad in ((0, 3), (8, -1), (8, 1.5)):
+        with pytest.raises(ValueError):
+            hybrid_layers(*bad)
+
+
+def test_a_k3_shaped_spec_is_expressible():
+    """Issue 8's K3_SCALE: a hybrid KDA:MLA schedule with MoE, at any ratio."""
+    for ratio in (0, 1, 3, 7, 15):
+        spec = KIMI_LINEAR_48B.with_(n_layer=64, kda_layers=hybrid_layers(64, ratio),
+                                     n_routed_experts=512, top_k=16)
+        assert spec.n_attention_layers == 64 - len(hybrid_layers(64, ratio))
+        assert count_params(spec).total > count_params(KIMI_LINEAR_48B).total
+
+
+# ------------------------------------------------------------------ cache and state
+def test_kv_cache_bytes_mha_gqa_mla_and_linear_layers():
+    gqa = GPT2_SMALL.with_(attention="gqa", n_kv_head=4)
+    assert kv_numbers_per_layer(gqa) == 2 * 4 * 64
+    assert kv_cache_bytes(gqa, 100) == 12 * 2 * 4 * 64 * 100 * 2
+    assert kv_numbers_per_layer(DEEPSEEK_V3) == 512 + 64 == 576
+    assert kv_cache_bytes(DEEPSEEK_V3, 1000, batch=2) == 61 * 576 * 1000 * 2 * 2
+    assert kv_numbers_per_token(KIMI_LINEAR_48B) == 7 * 576  # only the 7 MLA layers grow
+    assert kv_numbers_per_token(KIMI_K2) == kv_numbers_per_token(DEEPSEEK_V3)
+    all_kda = KIMI_LINEAR_48B.with_(kda_layers=tuple(range(27)))
+    assert kv_cache_bytes(all_kda, 1 << 20, batch=64) == 0
+    assert kv_cache_bytes(DEEPSEEK_V3, 10, dtype_bytes=0.5) == 61 * 576 * 10 // 2  # int4
+
+
+@pytest.mark.parametrize("spec", [GPT2_SMALL, DEEPSEEK_V3, KIMI_LINEAR_48B], ids=lambda s: s.name)
+def test_cache_grows_linearly_and_state_not_at_all(spec):
+    a, b = kv_cache_bytes(spec, 1000), kv_cache_bytes(spec, 3000)
+    assert b == 3 * a and kv_cache_bytes(spec, 0) == 0
+    assert state_bytes(spec, batch=4) == 4 * state_bytes(spec)
+
+
+def test_state_bytes():
+    per_layer = state_numbers_per_layer(KIMI_LINEAR_48B)
+    assert per_layer == {"recurrent": 32 * 128 * 128, "conv": 3 * 3 * 32 * 128}
+    assert state_bytes(KIMI_LINEAR_48B, batch=2, dtype_bytes=4) == 20 * (524288 + 36864) * 2 * 4
+    no_conv = KIMI_LINEAR_48B.with_(kda_conv_kernel=0)
+    assert state_bytes(no_conv) == 20 * 32 * 128 * 128 * 2  # exactly H x Dk x Dv per layer
+    assert state_bytes(DEEPSEEK_V3) == state_bytes(GPT2_SMALL) == 0
+    with pytest.raises(ValueError, match="batch"):
+        state_bytes(KIMI_LINEAR_48B, batch=-1)
+    with pytest.raises(ValueError, match="dtype_bytes"):
+        state_bytes(KIMI_LINEAR_48B, dtype_bytes=0)
+
+
+# ------------------------------------------------------------------ bytes moved and FLOPs
+def test_decode_bytes_dense_model():
+    s, d = GPT2_SMALL, GPT2_SMALL.d_model
+    c = count_params(s)
+    weights = c.total - 1024 * d  # the tied table is read by the head; one position row
+    assert decode_bytes_per_token(s, 0) == (weights + d) * 2
+    assert decode_bytes_per_token(s, 0, batch=8) == (weights + 8 * d) * 2 / 8
+    assert decode_bytes_per_token(s, 500) - decode_bytes_per_token(s, 0) == kv_cache_bytes(s, 500)
+    assert decode_bytes_per_token(s, 0, weight_bytes=0.5) == (weights + d) * 0.5
+
+
+def test_decode_bytes_moe_reads_more_experts_as_the_batch_grows():
+    s = DEEPSEEK_V3
+    c, d, expert = count_params(s), s.d_model, 3 * s.d_model * s.d_expert
+    batch1 = c.active - c.detail["token embeddings"] + d  # one embedding row
+    assert decode_bytes_per_token(s, 0) == pytest.approx(batch1 * 2, rel=1e-12)
+    per_step = [decode_bytes_per_token(s, 0, batch=b) * b for b in (1, 2, 8, 64, 4096)]
+    assert per_step == sorted(per_step)  # more tokens, more distinct experts read per step
+    everything = c.total - c.detail["token embeddings"] + 4096 * d
+    assert per_step[-1] == pytest.approx(everything * 2, rel=1e-9)
+    assert per_step[1] / 2 < per_step[0]  # but less per token
+    # the expected distinct experts for two tokens: E (1 - (1 - k/E)^2)
+    two = s.n_moe_layers * 256 * (1 - (1 - 8 / 256) ** 2) * expert
+    assert per_step[1] == pytest.approx((batch1 - s.n_moe_layers * 8 * expert + two + d) * 2)
+
+
+def test_decode_bytes_linear_layers_move_their_state_not_a_growing_cache():
+    s = KIMI_LINEAR_48B
+    grow = decode_bytes_per_token(s, 2000) - decode_bytes_per_token(s, 1000)
+    assert grow == kv_cache_bytes(s, 1000) == 7 * 576 * 1000 * 2
+    c = count_params(s)
+    weights = c.active - c.detail["token embeddings"] + s.d_model
+    assert state_bytes(s) > 0  # read and written back once per step, whatever the context
+    assert decode_bytes_per_token(s, 0) == pytest.approx(weights * 2 + 2 * state_bytes(s), rel=1e-12)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: s.name)
+def test_flops_at_zero_context_are_twice_the_matmul_weights(spec):
+    state = 7 * spec.kda_n_head * spec.kda_head_dim ** 2 * spec.n_kda_layers
+    assert flops_per_token(spec, 0) == 2 * count_params(spec).matmul_active + state
+
+
+def test_flops_context_terms():
+    s = GPT2_SMALL
+    assert flops_per_token(s, 1000) - flops_per_token(s, 0) == 12 * 4 * 768 * 1000
+    costs = mla_decode_costs(DEEPSEEK_V3)
+    assert costs["absorbed"] == {"numbers": 576, "flops": 2 * 128 * (512 + 64) + 2 * 128 * 512}
+    assert costs["mha_cache"] == {"numbers": 40_960, "flops": 2 * 128 * 192 + 2 * 128 * 128}
+    assert costs["naive"]["flops"] == 2 * 512 * 128 * 256 + costs["mha_cache"]["flops"]
+    for absorbed, form in ((True, "absorbed"), (False, "naive")):
+        grow = (flops_per_token(DEEPSEEK_V3, 100, mla_absorbed=absorbed)
+                - flops_per_token(DEEPSEEK_V3, 0, mla_absorbed=absorbed))
+        assert grow == 61 * costs[form]["flops"] * 100
+    kl = KIMI_LINEAR_48B
+    per_position = mla_decode_costs(kl)["absorbed"]["flops"]
+    assert flops_per_token(kl, 10) - flops_per_token(kl, 0) == 7 * per_position * 10  # 7 MLA layers
+    with pytest.raises(ValueError, match="mla"):
+        mla_decode_costs(GPT2_SMALL)
+    with pytest.raises(ValueError, match="context_len"):
+        flops_per_token(s, -1)
+    with pytest.raises(ValueError, match="mla_absorbed"):
+        flops_per_token(DEEPSEEK_V3, 1, mla_absorbed="yes")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(context_len=-1), "context_len"), (dict(batch=0), "batch"),
+    (dict(weight_bytes=0), "weight_bytes"), (dict(cache_bytes=-2), "cache_bytes"),
+    (dict(batch=2.0), "batch"),
+])
+def test_decode_bytes_validates(kwargs, field):
+    args = {"context_len": 10, **kwargs}
+    with pytest.raises(ValueError, match=field):
+        decode_bytes_per_token(DEEPSEEK_V3, **args)
+
+
+# ------------------------------------------------------------------ impossible specs
+@pytest.mark.parametrize("changes, field", [
+    (dict(top_k=300), "top_k"),                      # more active than total experts
+    (dict(top_k=0), "top_k"),
+    (dict(n_routed_experts=-8), "n_routed_experts"),
+    (dict(d_expert=0), "d_expert"),
+    (dict(d_expert=-1), "d_expert"),
+    (dict(first_k_dense=62), "first_k_dense"),
+    (dict(n_shared_experts=-1), "n_shared_experts"),
+    (dict(kv_lora_rank=0), "kv_lora_rank"),
+    (dict(kv_lora_rank=-512), "kv_lora_rank"),
+    (dict(qk_rope_head_dim=63), "qk_rope_head_dim"),
+    (dict(v_head_dim=0), "v_head_dim"),
+    (dict(qk_nope_head_dim=0, qk_rope_head_dim=0), "qk_nope_head_dim"),
+    (dict(q_lora_rank=0), "q_lora_rank"),
+    (dict(attention="linear"), "attention"),
+    (dict(mlp="relu"), "mlp"),
+    (dict(position="alibi"), "position"),
+    (dict(kda_layers=(61,)), "kda_layers"),
+    (dict(kda_layers=(3, 3), kda_n_head=2, kda_head_dim=4), "kda_layers"),
+    (dict(kda_layers=(0,)), "kda_n_head"),
+    (dict(kda_layers="0,1"), "kda_layers"),
+    (dict(kda_conv_kernel=-1), "kda_conv_kernel"),
+    (dict(tied_embeddings=1), "tied_embeddings"),
+])
+def test_impossible_moe_specs_name_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        DEEPSEEK_V3.with_(**changes)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(attention="gqa", n_kv_head=5), "n_kv_head"),   # 5 does not divide 12 heads
+    (dict(n_kv_head=4), "n_kv_head"),                    # mha must have n_head K/V heads
+    (dict(n_kv_head=0), "n_kv_head"),
+    (dict(d_head=-64), "d_head"),
+    (dict(top_k=2), "top_k"),                            # experts per token without experts
+    (dict(n_shared_experts=1), "n_shared_experts"),
+])
+def test_impossible_dense_specs_name_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        GPT2_SMALL.with_(**changes)
+
+
+def test_schedules_follow_the_layer_count():
+    with pytest.raises(ValueError, match="kda_layers"):
+        KIMI_LINEAR_48B.with_(n_layer=20)  # layer 25 would not exist
+    assert KIMI_LINEAR_48B.with_(kda_layers=[3, 1, 2]).kda_layers == (1, 2, 3)
+    gqa12 = GPT2_SMALL.with_(attention="gqa", n_kv_head=12)  # GQA with a K/V head per query head
+    assert count_params(gqa12) == count_params(GPT2_SMALL)
+    assert kv_cache_bytes(gqa12, 7) == kv_cache_bytes(GPT2_SMALL, 7)
+    # explicit head widths lift the divisibility rule
+    assert GPT2_SMALL.with_(n_head=7, d_head=64).head_dim == 64
+
+
+def test_mla_and_moe_fields_are_ignored_by_other_kinds():
+    dense = DEEPSEEK_V3.with_(attention="mha", n_routed_experts=0, top_k=0, n_shared_experts=0)
+    assert count_params(dense).detail["router"] == 0
+    assert kv_numbers_per_layer(dense) == 2 * 128 * 56
+
+
+def test_param_components_figure():
+    from gpt2k3.figures import PARAM_SPECS, param_components
+
+    fig = param_components(active=3)
+    (slider,) = fig.layout.sliders
+    assert [s.label for s in slider.steps] == [s.name.replace(" 48B-A3B", "") for s in PARAM_SPECS]
+    for step, spec in zip(slider.steps, PARAM_SPECS):
+        c = count_params(spec)
+        data, layout, traces = step.args
+        assert list(traces) == [2, 3]
+        assert data["x"][0] == [c.detail[n] or None for n in DETAIL_COMPONENTS]
+        assert data["x"][1] == [c.active_detail[n] or None for n in DETAIL_COMPONENTS]
+        assert f"{c.total:,}" in layout["title.text"] and f"{c.active:,}" in layout["title.text"]
+    assert list(fig.data[0].x) == [count_params(s).total for s in PARAM_SPECS]
+    assert list(fig.data[1].x) == [count_params(s).active for s in PARAM_SPECS]
+    assert list(fig.data[2].x) == slider.steps[3].args[0]["x"][0]  # opens on DeepSeek-V3
+    assert fig.layout.xaxis.type == fig.layout.xaxis2.type == "log"
+    assert fig.layout.xaxis.title.text and fig.layout.xaxis2.title.text
+    with pytest.raises(ValueError, match="specs"):
+        param_components([])
+
+
+def test_moe_explorer_keeps_top_k_within_the_experts_and_redraws():
+    import plotly.graph_objects as go
+
+    from gpt2k3.widgets import moe_explorer
+
+    box = moe_explorer()
+    c = box.controls
+    assert "671,026,404,352" in box.current.layout.title.text
+    c["experts"].value = 16
+    assert c["top_k"].max == 16 and c["top_k"].value <= 16
+    c["top_k"].value = 2
+    assert isinstance(box.current, go.Figure)
+    spec = DEEPSEEK_V3.with_(n_routed_experts=16, top_k=2)
+    assert f"{count_params(spec).active:,}" in box.current.layout.title.text
+    c["context"].value = 1 << 20
+    assert "1,048,576-token" in box.current.layout.title.text
+    with pytest.raises(ValueError, match="MoE"):
+        moe_explorer(GPT2_SMALL)

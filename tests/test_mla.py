@@ -215,3 +215,88 @@ def test_matches_transformers_deepseek_v3_attention(q_lora_rank, rope_interleave
     assert (got - expected).abs().max().item() < 1e-5
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(tail, expected[:, T - 3:], rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- chapter 7
+from gpt2k3.accounting import ArchSpec, count_params, kv_cache_bytes, kv_numbers_per_layer  # noqa: E402
+from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B  # noqa: E402
+from gpt2k3.mixers.mla import compare_decodes  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_compare_decodes_reports_agreement(dtype, tol):
+    model = make(dtype=dtype)
+    x = torch.randn(2, 12, model.cfg.d_model, dtype=dtype)
+    diffs = compare_decodes(model, x, n_prefill=3)
+    assert set(diffs) == {"naive_vs_absorbed", "naive_vs_forward", "absorbed_vs_forward", "scale"}
+    assert diffs["scale"] > 0.01
+    for key in ("naive_vs_absorbed", "naive_vs_forward", "absorbed_vs_forward"):
+        assert 0 <= diffs[key] < tol * diffs["scale"]
+
+
+def test_compare_decodes_sees_a_broken_absorption():
+    model = make()
+    x = torch.randn(1, 6, model.cfg.d_model, dtype=torch.float64)
+    original = model._up_weights
+    model._up_weights = lambda: tuple(w * 1.1 for w in original())  # corrupt only the absorbed path
+    assert compare_decodes(model, x)["naive_vs_absorbed"] > 1e-3
+
+
+def test_compare_decodes_validates():
+    model = make()
+    x = torch.randn(1, 4, model.cfg.d_model, dtype=torch.float64)
+    for bad in (0, 4, 1.0):
+        with pytest.raises(ValueError, match="n_prefill"):
+            compare_decodes(model, x, n_prefill=bad)
+
+
+@pytest.mark.parametrize("spec, published", [(DEEPSEEK_V3, MLAConfig.deepseek_v3()),
+                                             (KIMI_K2, MLAConfig.kimi_k2())],
+                         ids=["DeepSeek-V3", "Kimi K2"])
+def test_published_configs_agree_with_the_specs(spec, published):
+    from_spec = MLAConfig.from_spec(spec, rope_theta=published.rope_theta)
+    assert from_spec == published
+    assert latent_numbers_per_token(from_spec) == kv_numbers_per_layer(spec)
+
+
+def test_from_spec_and_layer_count_agree_with_the_accounting():
+    spec = ArchSpec(name="small mla", vocab_size=50, n_layer=3, d_model=32, n_head=4, bias=False,
+                    norm="rmsnorm", mlp="swiglu", position="rope", attention="mla",
+                    **{k: SMALL[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                             "qk_rope_head_dim", "v_head_dim")})
+    for q_lora_rank in (SMALL["q_lora_rank"], None):
+        s = spec.with_(q_lora_rank=q_lora_rank)
+        layer = MLA(MLAConfig.from_spec(s))
+        n = sum(p.numel() for p in layer.parameters())
+        assert count_params(s).detail["softmax attention"] == s.n_layer * n
+    assert MLAConfig.from_spec(KIMI_LINEAR_48B).q_lora_rank is None
+    with pytest.raises(ValueError, match="mla"):
+        MLAConfig.from_spec(spec.with_(attention="mha"))
+
+
+def test_mla_cache_variants_and_figure():
+    from gpt2k3.figures import mla_cache, mla_cache_variants
+
+    v = mla_cache_variants(DEEPSEEK_V3)
+    assert list(v.values()) == [576, 40_960, 2 * 8 * 128]
+    fig = mla_cache(batches=(1, 8), max_context=1 << 14, active=1)
+    (slider,) = fig.layout.sliders
+    assert [s.label for s in slider.steps] == ["1", "8"]
+    ctx = [1024, 2048, 4096, 8192, 16384]
+    for step, b in zip(slider.steps, (1, 8)):
+        data, layout, traces = step.args
+        assert list(traces) == [0, 1, 2]
+        assert data["x"][0] == ctx
+        latent = [kv_cache_bytes(DEEPSEEK_V3, n, batch=b) / 1e9 for n in ctx]
+        assert data["y"][0] == pytest.approx(latent)
+        assert data["y"][1] == pytest.approx([y * 40_960 / 576 for y in latent])
+        assert f"batch {b}" in layout["title.text"] and "71× more" in layout["title.text"]
+    assert list(fig.data[0].y) == slider.steps[1].args[0]["y"][0]  # opens on batch 8
+    assert fig.layout.xaxis.type == fig.layout.yaxis.type == "log"
+    assert "GB" in fig.layout.yaxis.title.text and "tokens" in fig.layout.xaxis.title.text
+    with pytest.raises(ValueError, match="mla"):
+        mla_cache_variants(DEEPSEEK_V3.with_(attention="mha"))
+    with pytest.raises(ValueError, match="batches"):
+        mla_cache(batches=(0,))
+    with pytest.raises(ValueError, match="max_context"):
+        mla_cache(max_context=10)

@@ -190,3 +190,125 @@ def test_matches_transformers_deepseek_v3_moe(n_group, topk_group, norm):
     assert torch.equal(ours.last_load, torch.bincount(hf_idx.flatten(), minlength=E))
     assert (got - expected).abs().max().item() < 1e-5
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- chapter 7
+from gpt2k3.accounting import ArchSpec, count_params  # noqa: E402
+from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2  # noqa: E402
+
+
+@pytest.mark.parametrize("score_func", ["softmax", "sigmoid"])
+def test_assignment_is_the_dense_routing_matrix(score_func):
+    model = make(score_func=score_func, top_k=3)
+    x = torch.randn(30, model.cfg.d_model, dtype=torch.float64)
+    a = model.gate.assignment(x)
+    weights, indices = model.gate(x)
+    assert a.shape == (30, model.cfg.n_routed_experts)
+    assert ((a > 0).sum(-1) == 3).all()
+    torch.testing.assert_close(a.gather(1, indices), weights)
+    torch.testing.assert_close(a.sum(-1), torch.full((30,), 2.5, dtype=torch.float64))
+    assert torch.equal((a > 0).sum(0), model.load_stats(x[None]))
+
+
+@pytest.mark.parametrize("spec, published", [(DEEPSEEK_V3, MoEConfig.deepseek_v3()),
+                                             (KIMI_K2, MoEConfig.kimi_k2())],
+                         ids=["DeepSeek-V3", "Kimi K2"])
+def test_published_configs_agree_with_the_specs(spec, published):
+    assert (published.d_model, published.n_routed_experts, published.n_shared_experts,
+            published.top_k, published.d_expert) == (
+        spec.d_model, spec.n_routed_experts, spec.n_shared_experts, spec.top_k, spec.d_expert)
+
+
+def test_module_parameters_agree_with_the_accounting():
+    spec = ArchSpec(name="small moe", vocab_size=50, n_layer=4, d_model=16, n_head=2, d_ff=40,
+                    bias=False, norm="rmsnorm", mlp="swiglu", position="rope",
+                    n_routed_experts=8, n_shared_experts=2, top_k=3, d_expert=12, first_k_dense=1)
+    layer = MoE(MoEConfig(d_model=16, n_routed_experts=8, n_shared_experts=2, top_k=3, d_expert=12))
+    c = count_params(spec)
+    n_moe = spec.n_moe_layers
+    assert c.detail["router"] == n_moe * layer.gate.weight.numel()
+    assert c.detail["shared experts"] == n_moe * sum(p.numel() for p in layer.shared_experts.parameters())
+    assert c.detail["routed experts"] == n_moe * sum(p.numel() for p in layer.experts.parameters())
+    per_expert = sum(p.numel() for p in layer.experts[0].parameters())
+    assert c.active_detail["routed experts"] == n_moe * 3 * per_expert
+
+
+def test_routing_counts_invariants():
+    from gpt2k3.figures import routing_counts
+
+    r = routing_counts(n_experts=12, top_k=3, n_tokens=40, n_topics=5)
+    w = torch.tensor(r["weights"])
+    assert w.shape == (40, 12)
+    assert ((w > 0).sum(-1) == 3).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(40, dtype=w.dtype), rtol=0, atol=5e-4)
+    assert r["load"] == (w > 0).sum(0).tolist() and sum(r["load"]) == 40 * 3
+    assert r["mean_load"] == 10 and r["max_over_mean"] == max(r["load"]) / 10
+    assert r["topic"] == sorted(r["topic"]) and set(r["topic"]) == set(range(5))
+    # deterministic, and top_k re-routes the same tokens through the same router
+    assert routing_counts(n_experts=12, top_k=3, n_tokens=40, n_topics=5) == r
+    r1 = routing_counts(n_experts=12, top_k=1, n_tokens=40, n_topics=5)
+    top1 = torch.tensor(r1["weights"]).argmax(-1)
+    assert (w.gather(1, top1[:, None]) > 0).all()  # the best expert stays chosen at k = 3
+
+
+def test_bias_balancing_evens_out_the_load():
+    from gpt2k3.figures import routing_counts
+
+    before = routing_counts(top_k=2)
+    after = routing_counts(top_k=2, balance_steps=50)
+    assert before["max_over_mean"] > 2 and before["load"].count(0) > 0
+    assert after["max_over_mean"] < before["max_over_mean"] / 2
+    assert after["load"].count(0) == 0
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(top_k=20), "top_k"), (dict(n_experts=0), "n_experts"), (dict(n_tokens=2, n_topics=3), "n_topics"),
+    (dict(balance_steps=-1), "balance_steps"), (dict(seed=1.5), "seed"),
+])
+def test_routing_counts_validates(kwargs, field):
+    from gpt2k3.figures import routing_counts
+
+    with pytest.raises(ValueError, match=field):
+        routing_counts(**kwargs)
+
+
+def test_routing_figures_carry_each_steps_routing():
+    from gpt2k3.figures import moe_balancing, moe_routing, routing_counts
+
+    fig = moe_routing(top_ks=(1, 4), active=0, n_tokens=24)
+    (slider,) = fig.layout.sliders
+    assert [s.label for s in slider.steps] == ["1", "4"]
+    for step, k in zip(slider.steps, (1, 4)):
+        data, layout = step.args[:2]
+        r = routing_counts(top_k=k, n_tokens=24)
+        assert data["y"][1] == r["load"]
+        assert data["y"][2] == [r["mean_load"]] * 2
+        assert len(data["x"][0]) == len(data["y"][0]) == 24 * k  # one square per choice
+        assert data["marker.color"][0] == [w for row in r["weights"] for w in row if w > 0]
+        assert f"top-k = {k}" in layout["title.text"]
+    assert list(fig.data[1].y) == slider.steps[0].args[0]["y"][1]
+    single = moe_routing(top_ks=(3,))
+    assert not single.layout.sliders and sum(single.data[1].y) == 48 * 3
+    bal = moe_balancing(rounds=(0, 50))
+    loads = [s.args[0]["y"][1] for s in bal.layout.sliders[0].steps]
+    assert max(loads[1]) < max(loads[0])
+    for bad in (dict(top_ks=()), dict(top_k=2)):
+        with pytest.raises(ValueError):
+            moe_routing(**bad)
+    with pytest.raises(ValueError, match="balance_steps"):
+        moe_balancing(balance_steps=3)
+
+
+def test_routing_explorer_redraws_and_reports_bad_settings():
+    import plotly.graph_objects as go
+
+    from gpt2k3.widgets import routing_explorer
+
+    box = routing_explorer()
+    c = box.controls
+    assert "top-k = 2" in box.current.layout.title.text
+    c["balance_steps"].value = 30
+    assert isinstance(box.current, go.Figure) and "idle experts: 0" in box.current.layout.title.text
+    c["n_experts"].value = 4
+    c["top_k"].value = 6  # more experts per token than exist
+    assert "top_k" in box.current.value

@@ -1,31 +1,114 @@
-"""Analytic accounting: parameters (and, later, bytes and FLOPs) of an architecture.
+"""Analytic accounting: parameters, cache and state bytes, bytes moved and FLOPs per token.
 
-An :class:`ArchSpec` describes an architecture as data; :func:`count_params`
-counts its parameters component by component without building the model, so the
-same code can count GPT-2 small and models far too large to instantiate.  The
-counts are checked against real modules in the tests (our :class:`gpt2k3.gpt2.GPT`
-and Hugging Face's ``GPT2LMHeadModel``).
+An :class:`ArchSpec` describes a decoder-only architecture as data; the functions here count
+what it costs without building it, so the same code counts GPT-2 small and models far too large
+to instantiate.  Every count is checked against real modules in the tests: our
+:class:`gpt2k3.gpt2.GPT` and Hugging Face's ``GPT2LMHeadModel`` for the GPT-2 family, and
+``DeepseekV3ForCausalLM`` / ``KimiLinearForCausalLM`` built on PyTorch's ``meta`` device (no
+memory) for DeepSeek-V3, Kimi K2 and Kimi Linear.
+
+What a spec can describe
+------------------------
+* **Token mixers, per layer.**  Every layer is either a softmax-attention layer of the kind
+  ``attention`` -- ``"mha"`` (one K/V head per query head), ``"gqa"`` (``n_kv_head`` shared K/V
+  heads) or ``"mla"`` (multi-head latent attention: the cache holds one latent per token) -- or,
+  if its 0-based index is in ``kda_layers``, a Kimi Delta Attention layer, whose memory of the
+  past is a fixed-size state instead of a growing cache.  :func:`hybrid_layers` writes the
+  Kimi-Linear-style schedule "``ratio`` KDA layers, then one attention layer".
+* **Feed-forward blocks, per layer.**  A dense MLP (``"gelu"``: two matrices, GPT-2;
+  ``"swiglu"``: three, everything after) of width ``d_ff``, or -- from layer ``first_k_dense``
+  on, when ``n_routed_experts > 0`` -- a mixture of experts: a router, ``n_shared_experts``
+  always-on SwiGLU experts and ``n_routed_experts`` routed SwiGLU experts of width ``d_expert``,
+  of which each token uses ``top_k``.
+* LayerNorm (weight and bias) or RMSNorm (weight only); learned, rotary or no positions;
+  a head tied to the token embedding or not.
+
+Active parameters
+-----------------
+``count_params(spec).active`` is the number of parameters that take part in processing one
+token: **every parameter except the routed experts the router did not pick**.  Concretely:
+token embeddings (the whole table counts, although a token reads one row of it), position
+embeddings, attention and linear-attention layers, dense MLPs, the router, the shared experts,
+``top_k`` routed experts per MoE layer, the norms and the head.  For a dense model it equals the
+total.  The tests check it against the modules of the meta-device models.  The published
+"activated" headlines (DeepSeek-V3 37B, Kimi K2 32B, Kimi Linear 3B) match this count *minus*
+the token-embedding table (36.6B, 31.7B, 3.1B), although DeepSeek's weight documentation says
+its 36.7B includes the embedding; the book keeps the table in and says so.  What a token
+*reads* and *multiplies* is narrower -- one embedding row, no norm arithmetic to speak of -- and
+is what :func:`decode_bytes_per_token` and :func:`flops_per_token` use
+(``ParamCount.matmul_active``).
+
+DeepSeek-V3's router also carries a per-expert bias (``e_score_correction_bias``, auxiliary-loss-
+free balancing).  It is updated by a rule, not by gradients, and Hugging Face stores it as a
+buffer, not a parameter; it is not counted here (256 numbers per MoE layer).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 
-__all__ = ["ArchSpec", "ParamCount", "count_params", "kv_cache_bytes", "COMPONENTS"]
+__all__ = [
+    "ArchSpec", "ParamCount", "count_params", "kv_cache_bytes", "kv_numbers_per_layer",
+    "kv_numbers_per_token", "state_bytes", "state_numbers_per_layer", "decode_bytes_per_token",
+    "flops_per_token", "mla_decode_costs", "hybrid_layers", "COMPONENTS", "DETAIL_COMPONENTS",
+    "ATTENTION_KINDS",
+]
 
-#: Names of the breakdown entries, in reading order (input to output).
+#: Names of the breakdown entries, in reading order (input to output).  ``"attention"`` holds
+#: every token mixer (softmax attention and linear attention), ``"MLP"`` every feed-forward
+#: block (dense MLPs, routers, shared and routed experts).
 COMPONENTS = ("token embeddings", "position embeddings", "attention", "MLP", "norms", "head")
 
+#: The finer breakdown of :attr:`ParamCount.detail`; each entry belongs to one of
+#: :data:`COMPONENTS` (see :data:`_COARSE`).
+DETAIL_COMPONENTS = ("token embeddings", "position embeddings", "softmax attention",
+                     "linear attention", "dense MLP", "router", "shared experts", "routed experts",
+                     "norms", "head")
+
+_COARSE = {"token embeddings": "token embeddings", "position embeddings": "position embeddings",
+           "softmax attention": "attention", "linear attention": "attention", "dense MLP": "MLP",
+           "router": "MLP", "shared experts": "MLP", "routed experts": "MLP", "norms": "norms",
+           "head": "head"}
+
+#: Softmax-attention kinds a spec's ``attention`` field may name.
+ATTENTION_KINDS = ("mha", "gqa", "mla")
 _NORMS = ("layernorm", "rmsnorm")
+_MLPS = ("gelu", "swiglu")
+_POSITIONS = ("learned", "rope", "none")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """A decoder-only transformer as data.
+    """A decoder-only transformer as data (see the module docstring for what it covers).
 
-    ``d_ff`` defaults to ``4 * d_model`` (GPT-2's MLP width).  ``max_positions`` is
-    the number of rows of a learned position-embedding table (0 for none).
-    ``norm`` is ``"layernorm"`` (weight and bias) or ``"rmsnorm"`` (weight only).
+    Core sizes: ``vocab_size``, ``n_layer``, ``d_model``, ``n_head`` (query heads of the attention
+    layers).  ``d_ff`` is the dense MLP width (default ``4 * d_model``, GPT-2's).
+    ``max_positions`` is the number of rows of the learned position table when
+    ``position == "learned"``; for ``"rope"``/``"none"`` it records the context window and costs
+    no parameters.  ``bias`` adds biases to MHA/GQA projections, the dense MLP and LayerNorm;
+    MLA, KDA, routers and experts never have biases (as in every published model that uses
+    them).  ``norm`` is ``"layernorm"`` or ``"rmsnorm"``; ``mlp`` is ``"gelu"`` or ``"swiglu"``.
+
+    Attention (``attention`` in :data:`ATTENTION_KINDS`): ``n_kv_head`` (GQA; default
+    ``n_head``) and ``d_head`` (default ``d_model // n_head``) for MHA/GQA; for MLA the
+    DeepSeek names ``q_lora_rank`` (``None``: a full-rank query projection), ``kv_lora_rank``,
+    ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` (ignored unless
+    ``attention == "mla"``).
+
+    Linear-state layers: ``kda_layers`` (0-based indices; Kimi's ``config.json`` lists them
+    1-based), ``kda_n_head``, ``kda_head_dim`` (keys and values, ``Dk = Dv``) and
+    ``kda_conv_kernel`` (short causal convolution on q, k, v; 0 for none).
+
+    Mixture of experts: ``n_routed_experts`` (0: every layer dense), ``n_shared_experts``,
+    ``top_k`` routed experts per token, ``d_expert`` (an expert's SwiGLU width) and
+    ``first_k_dense`` leading dense layers.
+
+    Impossible specs raise ``ValueError`` naming the offending field.
     """
 
     name: str
@@ -38,29 +121,159 @@ class ArchSpec:
     bias: bool = True
     norm: str = "layernorm"
     tied_embeddings: bool = True
+    mlp: str = "gelu"
+    position: str = "learned"
+    attention: str = "mha"
+    n_kv_head: int | None = None
+    d_head: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    kda_layers: tuple[int, ...] = ()
+    kda_n_head: int = 0
+    kda_head_dim: int = 0
+    kda_conv_kernel: int = 0
+    n_routed_experts: int = 0
+    n_shared_experts: int = 0
+    top_k: int = 0
+    d_expert: int = 0
+    first_k_dense: int = 0
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
         for name in ("vocab_size", "n_layer", "d_model", "n_head"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.d_ff is not None and (not isinstance(self.d_ff, int) or self.d_ff <= 0):
-            raise ValueError(f"d_ff must be None or a positive int, got {self.d_ff!r}")
-        if not isinstance(self.max_positions, int) or self.max_positions < 0:
-            raise ValueError(f"max_positions must be a non-negative int, got {self.max_positions!r}")
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        if self.norm not in _NORMS:
-            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
+        for name in ("d_ff", "n_kv_head", "d_head", "q_lora_rank"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value <= 0):
+                raise ValueError(f"{name} must be None or a positive int, got {value!r}")
+        for name in ("max_positions", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                     "v_head_dim", "kda_n_head", "kda_head_dim", "kda_conv_kernel",
+                     "n_routed_experts", "n_shared_experts", "top_k", "d_expert", "first_k_dense"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        for name, value, allowed in (("norm", self.norm, _NORMS), ("mlp", self.mlp, _MLPS),
+                                     ("position", self.position, _POSITIONS),
+                                     ("attention", self.attention, ATTENTION_KINDS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        for name in ("bias", "tied_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        self._check_attention()
+        self._check_kda()
+        self._check_moe()
 
+    def _check_attention(self) -> None:
+        if self.attention in ("mha", "gqa"):
+            if self.d_head is None and self.d_model % self.n_head:
+                raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head "
+                                 f"({self.n_head}), or d_head must be given")
+            kv = self.kv_heads
+            if self.n_head % kv:
+                raise ValueError(f"n_kv_head ({kv}) must divide n_head ({self.n_head}): each K/V "
+                                 "head serves a whole group of query heads")
+            if self.attention == "mha" and kv != self.n_head:
+                raise ValueError(f"n_kv_head ({kv}) must equal n_head ({self.n_head}) for "
+                                 "attention='mha'; use attention='gqa' to share K/V heads")
+        else:  # mla
+            if self.kv_lora_rank <= 0:
+                raise ValueError(f"kv_lora_rank must be positive for attention='mla', "
+                                 f"got {self.kv_lora_rank}")
+            if self.v_head_dim <= 0:
+                raise ValueError(f"v_head_dim must be positive for attention='mla', "
+                                 f"got {self.v_head_dim}")
+            if self.qk_nope_head_dim + self.qk_rope_head_dim <= 0:
+                raise ValueError("qk_nope_head_dim + qk_rope_head_dim must be positive for "
+                                 "attention='mla' (the query/key head width)")
+            if self.qk_rope_head_dim % 2:
+                raise ValueError(f"qk_rope_head_dim must be even (RoPE rotates pairs), "
+                                 f"got {self.qk_rope_head_dim}")
+
+    def _check_kda(self) -> None:
+        layers = self.kda_layers
+        if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+            raise ValueError(f"kda_layers must be a sequence of layer indices, got {layers!r}")
+        layers = tuple(layers)
+        if any(not _is_int(i) or not 0 <= i < self.n_layer for i in layers):
+            raise ValueError(f"kda_layers must hold 0-based layer indices in [0, n_layer="
+                             f"{self.n_layer}), got {layers!r}")
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"kda_layers must not repeat a layer, got {layers!r}")
+        object.__setattr__(self, "kda_layers", tuple(sorted(layers)))
+        if layers and (self.kda_n_head <= 0 or self.kda_head_dim <= 0):
+            raise ValueError("kda_n_head and kda_head_dim must be positive when kda_layers is "
+                             f"not empty, got {self.kda_n_head} and {self.kda_head_dim}")
+
+    def _check_moe(self) -> None:
+        e, k = self.n_routed_experts, self.top_k
+        if self.first_k_dense > self.n_layer:
+            raise ValueError(f"first_k_dense ({self.first_k_dense}) must be <= n_layer "
+                             f"({self.n_layer})")
+        if e == 0:
+            if k or self.n_shared_experts:
+                raise ValueError(f"top_k ({k}) and n_shared_experts ({self.n_shared_experts}) "
+                                 "must be 0 when n_routed_experts is 0 (a dense model)")
+            return
+        if not 1 <= k <= e:
+            raise ValueError(f"top_k ({k}) must be between 1 and n_routed_experts ({e}): a "
+                             "token cannot use more experts than exist")
+        if self.d_expert <= 0:
+            raise ValueError(f"d_expert must be positive when n_routed_experts > 0, "
+                             f"got {self.d_expert}")
+
+    # ------------------------------------------------------------------ derived sizes
     @property
     def ffn_dim(self) -> int:
+        """Width of the dense MLP."""
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_head
+        """Head width of MHA/GQA layers."""
+        return self.d_head if self.d_head is not None else self.d_model // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """K/V heads of MHA/GQA layers (``n_kv_head``, default ``n_head``)."""
+        return self.n_kv_head if self.n_kv_head is not None else self.n_head
+
+    @property
+    def qk_head_dim(self) -> int:
+        """MLA query/key head width: ``qk_nope_head_dim + qk_rope_head_dim``."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def layer_mixers(self) -> tuple[str, ...]:
+        """The token mixer of every layer: ``"kda"`` or the ``attention`` kind."""
+        kda = set(self.kda_layers)
+        return tuple("kda" if i in kda else self.attention for i in range(self.n_layer))
+
+    @property
+    def n_kda_layers(self) -> int:
+        return len(self.kda_layers)
+
+    @property
+    def n_attention_layers(self) -> int:
+        """Layers with softmax attention (the ones whose cache grows with context)."""
+        return self.n_layer - self.n_kda_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    @property
+    def n_moe_layers(self) -> int:
+        return self.n_layer - self.first_k_dense if self.is_moe else 0
+
+    @property
+    def n_dense_layers(self) -> int:
+        return self.n_layer - self.n_moe_layers
 
     def with_(self, **changes) -> "ArchSpec":
         """A copy with some fields changed (validated like a new spec)."""
@@ -71,48 +284,303 @@ class ArchSpec:
         return tuple(f.name for f in fields(cls))
 
 
+def hybrid_layers(n_layer: int, ratio: int) -> tuple[int, ...]:
+    """0-based indices of the linear-state layers of a ``ratio``:1 hybrid, Kimi Linear style.
+
+    Layers come in groups of ``ratio + 1``: ``ratio`` KDA layers, then one attention layer; the
+    last layer is always attention.  ``ratio=0`` gives ``()`` (all attention).  With
+    ``n_layer=27, ratio=3`` the attention layers are 4, 8, ..., 24 and 27 (1-based), Kimi
+    Linear 48B's published schedule.
+    """
+    if not _is_int(n_layer) or n_layer <= 0:
+        raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
+    if not _is_int(ratio) or ratio < 0:
+        raise ValueError(f"ratio must be a non-negative int, got {ratio!r}")
+    return tuple(i for i in range(n_layer - 1) if (i + 1) % (ratio + 1))
+
+
+# ---------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
 class ParamCount:
-    """``total`` parameters, ``active`` per token (equal for dense models) and a
-    per-component ``breakdown`` whose values sum to ``total``."""
+    """Parameter counts of one spec.
+
+    ``total``; ``active`` per token (see the module docstring; equal to ``total`` for dense
+    models); ``breakdown`` over :data:`COMPONENTS` and ``detail`` over
+    :data:`DETAIL_COMPONENTS`, both summing to ``total``; ``active_detail`` summing to
+    ``active``; ``matmul_active``: the parameters a token is multiplied through (the active
+    ones minus embedding lookups, norm gains and other elementwise vectors; a tied head counts
+    here, because the head's matmul reads the whole table).
+    """
 
     total: int
     active: int
     breakdown: dict[str, int]
+    detail: dict[str, int] = field(default_factory=dict)
+    active_detail: dict[str, int] = field(default_factory=dict)
+    matmul_active: int = 0
 
     def fraction(self, component: str) -> float:
         return self.breakdown[component] / self.total
 
+    @property
+    def active_fraction(self) -> float:
+        return self.active / self.total
+
+
+def _mha_layer(s: ArchSpec) -> tuple[int, int]:
+    """(parameters, matmul parameters) of one MHA/GQA layer: Q, K, V and output projections."""
+    d, h, kv, dh = s.d_model, s.n_head, s.kv_heads, s.head_dim
+    w = d * h * dh + 2 * d * kv * dh + h * dh * d
+    b = (h * dh + 2 * kv * dh + d) if s.bias else 0
+    return w + b, w
+
+
+def _mla_layer(s: ArchSpec) -> tuple[int, int]:
+    """(parameters, matmul parameters) of one MLA layer (Hugging Face's DeepseekV3Attention)."""
+    d, h, r, rope = s.d_model, s.n_head, s.kv_lora_rank, s.qk_rope_head_dim
+    if s.q_lora_rank is None:
+        q_w, q_norm = d * h * s.qk_head_dim, 0
+    else:
+        q_w, q_norm = d * s.q_lora_rank + s.q_lora_rank * h * s.qk_head_dim, s.q_lora_rank
+    w = (q_w + d * (r + rope)                              # q path; kv_a_proj_with_mqa
+         + r * h * (s.qk_nope_head_dim + s.v_head_dim)     # kv_b_proj
+         + h * s.v_head_dim * d)                           # o_proj
+    return w + q_norm + r, w                               # + q_a_layernorm, kv_a_layernorm
+
+
+def _kda_layer(s: ArchSpec) -> tuple[int, int]:
+    """(parameters, matmul parameters) of one KDA layer (Kimi Linear's KimiDeltaAttention).
+
+    q/k/v projections, a depthwise causal convolution on them, the low-rank forget-gate
+    projections (``f_a``, ``f_b``) with ``dt_bias`` and per-head ``A_log``, the write strength
+    ``b_proj``, the low-rank output-gate projections (``g_a``, ``g_b``), the gated output norm
+    and ``o_proj``.
+    """
+    d, h, dk = s.d_model, s.kda_n_head, s.kda_head_dim
+    p = h * dk
+    conv = s.kda_conv_kernel * 3 * p
+    w = (3 * d * p + conv + (d * dk + dk * p) + d * h + (d * dk + dk * p) + p * d)
+    return w + h + p + dk, w                    # + A_log, dt_bias, o_norm
+
+
+def _mlp(d: int, f: int, kind: str, bias: bool) -> int:
+    if kind == "gelu":
+        return 2 * d * f + ((f + d) if bias else 0)
+    return 3 * d * f + ((2 * f + d) if bias else 0)
+
 
 def count_params(spec: ArchSpec) -> ParamCount:
-    """Count the parameters of ``spec``, component by component.
+    """Count the parameters of ``spec``, component by component, and the active ones.
 
-    Per layer: attention holds a fused QKV projection ``d x 3d`` and an output
-    projection ``d x d`` (plus biases); the MLP ``d x d_ff`` and ``d_ff x d`` (plus
-    biases); two norms.  One final norm; the head is free when tied to the token
-    embedding.
+    Per layer: a token mixer (MHA/GQA: Q, K, V, output projections with optional biases; MLA
+    and KDA as in :func:`_mla_layer` / :func:`_kda_layer`), a feed-forward block (dense MLP, or
+    router ``E x d`` + shared experts + routed experts, each a bias-free SwiGLU ``3 d d_expert``)
+    and two norms.  One final norm; the head is free when tied to the token embedding.
     """
     if not isinstance(spec, ArchSpec):
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    d, L, f = spec.d_model, spec.n_layer, spec.ffn_dim
-    b = 1 if spec.bias else 0
+    d, V = spec.d_model, spec.vocab_size
     norm = d * (2 if spec.norm == "layernorm" and spec.bias else 1)
-    breakdown = {
-        "token embeddings": spec.vocab_size * d,
-        "position embeddings": spec.max_positions * d,
-        "attention": L * (d * 3 * d + b * 3 * d + d * d + b * d),
-        "MLP": L * (d * f + b * f + f * d + b * d),
-        "norms": (2 * L + 1) * norm,
-        "head": 0 if spec.tied_embeddings else spec.vocab_size * d,
+    attn, attn_mm = (_mla_layer if spec.attention == "mla" else _mha_layer)(spec)
+    kda, kda_mm = _kda_layer(spec) if spec.kda_layers else (0, 0)
+    n_attn, n_kda = spec.n_attention_layers, spec.n_kda_layers
+    expert = 3 * d * spec.d_expert
+    n_moe = spec.n_moe_layers
+    dense_mlp = _mlp(d, spec.ffn_dim, spec.mlp, spec.bias)
+    dense_mlp_mm = _mlp(d, spec.ffn_dim, spec.mlp, False)
+
+    detail = {
+        "token embeddings": V * d,
+        "position embeddings": spec.max_positions * d if spec.position == "learned" else 0,
+        "softmax attention": n_attn * attn,
+        "linear attention": n_kda * kda,
+        "dense MLP": spec.n_dense_layers * dense_mlp,
+        "router": n_moe * spec.n_routed_experts * d,
+        "shared experts": n_moe * spec.n_shared_experts * expert,
+        "routed experts": n_moe * spec.n_routed_experts * expert,
+        "norms": (2 * spec.n_layer + 1) * norm,
+        "head": 0 if spec.tied_embeddings else V * d,
     }
-    total = sum(breakdown.values())
-    return ParamCount(total=total, active=total, breakdown=breakdown)
+    active_detail = dict(detail, **{"routed experts": n_moe * spec.top_k * expert})
+    breakdown = dict.fromkeys(COMPONENTS, 0)
+    for name, value in detail.items():
+        breakdown[_COARSE[name]] += value
+    matmul = (n_attn * attn_mm + n_kda * kda_mm + spec.n_dense_layers * dense_mlp_mm
+              + active_detail["router"] + active_detail["shared experts"]
+              + active_detail["routed experts"] + V * d)          # the head's matmul, tied or not
+    return ParamCount(total=sum(detail.values()), active=sum(active_detail.values()),
+                      breakdown=breakdown, detail=detail, active_detail=active_detail,
+                      matmul_active=matmul)
 
 
-def kv_cache_bytes(spec: ArchSpec, context_len: int, batch: int = 1, dtype_bytes: int = 2) -> int:
-    """Bytes of a multi-head-attention KV cache: K and V, every layer, every head."""
-    for name, value in (("context_len", context_len), ("batch", batch), ("dtype_bytes", dtype_bytes)):
-        if not isinstance(value, int) or value < 0 or (name == "dtype_bytes" and value == 0):
-            raise ValueError(f"{name} must be a {'positive' if name == 'dtype_bytes' else 'non-negative'} "
-                             f"int, got {value!r}")
-    return 2 * spec.n_layer * spec.d_model * context_len * batch * dtype_bytes
+# ---------------------------------------------------------------------------- cache and state
+def _check_nonneg_int(name: str, value) -> None:
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+
+
+def _check_positive_number(name: str, value) -> None:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
+        raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
+
+
+def _as_bytes(x: float) -> int | float:
+    """Whole bytes as an ``int``; sub-byte formats (int4) may leave a fraction."""
+    return int(x) if float(x).is_integer() else x
+
+
+def kv_numbers_per_layer(spec: ArchSpec) -> int:
+    """Numbers one softmax-attention layer caches per token.
+
+    MHA/GQA: a key and a value per K/V head, ``2 * n_kv_head * head_dim``.  MLA: the latent and
+    the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` (DeepSeek-V3: 576).
+    """
+    if spec.attention == "mla":
+        return spec.kv_lora_rank + spec.qk_rope_head_dim
+    return 2 * spec.kv_heads * spec.head_dim
+
+
+def kv_numbers_per_token(spec: ArchSpec) -> int:
+    """Numbers the whole model caches per token: linear-state layers add nothing."""
+    return spec.n_attention_layers * kv_numbers_per_layer(spec)
+
+
+def kv_cache_bytes(spec: ArchSpec, context_len: int, batch: int = 1, dtype_bytes: float = 2) -> int | float:
+    """Bytes of the KV cache of ``batch`` sequences of ``context_len`` tokens.
+
+    Grows linearly with context in every softmax-attention layer (see
+    :func:`kv_numbers_per_layer`) and not at all in linear-state layers (their memory is
+    :func:`state_bytes`).  ``dtype_bytes`` may be fractional (0.5 for int4).
+    """
+    _check_nonneg_int("context_len", context_len)
+    _check_nonneg_int("batch", batch)
+    _check_positive_number("dtype_bytes", dtype_bytes)
+    return _as_bytes(kv_numbers_per_token(spec) * context_len * batch * dtype_bytes)
+
+
+def state_numbers_per_layer(spec: ArchSpec) -> dict[str, int]:
+    """The fixed-size memory of one KDA layer, per sequence.
+
+    ``"recurrent"``: the state matrices, ``kda_n_head x Dk x Dv``; ``"conv"``: the last
+    ``kda_conv_kernel - 1`` inputs of the short convolutions on q, k and v (the minimum a decoder
+    must keep; some kernels keep ``kda_conv_kernel``).
+    """
+    h, dk = spec.kda_n_head, spec.kda_head_dim
+    conv = max(spec.kda_conv_kernel - 1, 0) * 3 * h * dk
+    return {"recurrent": h * dk * dk, "conv": conv}
+
+
+def state_bytes(spec: ArchSpec, batch: int = 1, dtype_bytes: float = 2) -> int | float:
+    """Bytes of the fixed linear-attention state of ``batch`` sequences (every KDA layer).
+
+    Independent of the context length; see :func:`state_numbers_per_layer` for what is held.
+    """
+    _check_nonneg_int("batch", batch)
+    _check_positive_number("dtype_bytes", dtype_bytes)
+    per_layer = sum(state_numbers_per_layer(spec).values()) if spec.kda_layers else 0
+    return _as_bytes(spec.n_kda_layers * per_layer * batch * dtype_bytes)
+
+
+# ---------------------------------------------------------------------------- bytes and FLOPs
+def _expected_distinct_experts(n_experts: int, top_k: int, batch: int) -> float:
+    """Expected number of distinct experts ``batch`` tokens touch in one MoE layer, when each
+    token picks ``top_k`` of ``n_experts`` uniformly and independently of the others."""
+    return n_experts * (1.0 - (1.0 - top_k / n_experts) ** batch)
+
+
+def decode_bytes_per_token(spec: ArchSpec, context_len: int, batch: int = 1,
+                           weight_bytes: float = 2, cache_bytes: float = 2) -> float:
+    """Bytes moved between memory and the processor per decoded token, for a batch of
+    ``batch`` sequences each at ``context_len`` cached positions.
+
+    One decode step reads the weights it needs **once for the whole batch**, and, for every
+    sequence, its whole KV cache; linear-state layers read and write their state.  Per token::
+
+        weights_read(batch) * weight_bytes / batch
+        + kv_cache_bytes(spec, context_len, 1, cache_bytes)
+        + 2 * state_bytes(spec, 1, cache_bytes)
+
+    ``weights_read`` is every parameter except the embedding tables (only ``batch`` rows are
+    read; a tied head still reads the whole table) and the routed experts nobody picked.  With
+    ``batch`` tokens per MoE layer the experts touched are taken as the expected number of
+    distinct experts under uniform, independent routing, ``E (1 - (1 - k/E)^batch)``: ``k`` at
+    batch 1, all ``E`` for large batches.  Real routing is correlated, so this is a model, not a
+    measurement.  Activations and the cache write of the new token are ignored.
+    """
+    _check_nonneg_int("context_len", context_len)
+    if not _is_int(batch) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    _check_positive_number("weight_bytes", weight_bytes)
+    _check_positive_number("cache_bytes", cache_bytes)
+    c = count_params(spec)
+    d = spec.d_model
+    expert = 3 * d * spec.d_expert
+    weights = (c.total - c.detail["token embeddings"] - c.detail["position embeddings"]
+               - c.detail["routed experts"])
+    if spec.is_moe:
+        touched = _expected_distinct_experts(spec.n_routed_experts, spec.top_k, batch)
+        weights += spec.n_moe_layers * touched * expert
+    weights += c.detail["token embeddings"] if spec.tied_embeddings else batch * d
+    if spec.position == "learned" and spec.max_positions:
+        weights += batch * d
+    per_sequence = (kv_cache_bytes(spec, context_len, 1, cache_bytes)
+                    + 2 * state_bytes(spec, 1, cache_bytes))
+    return weights * weight_bytes / batch + per_sequence
+
+
+def mla_decode_costs(spec: ArchSpec) -> dict[str, dict[str, int]]:
+    """What one MLA layer reads and computes **per cached position** when decoding one token.
+
+    Three ways to run the same layer (``H`` heads, latent ``r``, rotary ``dr``, ``dn``/``dv``
+    no-rope key and value widths):
+
+    * ``"mha_cache"``: cache the decompressed keys and values (what plain MHA would hold):
+      reads ``H (dn + dr + dv)`` numbers; ``2 H (dn + dr) + 2 H dv`` FLOPs (scores, weighted sum).
+    * ``"naive"``: cache the latent and decompress every position at every step: reads
+      ``r + dr``; ``2 r H (dn + dv)`` FLOPs to decompress plus the attention of ``"mha_cache"``.
+    * ``"absorbed"``: cache the latent and attend in latent space (the up-projections folded
+      into the query and the output): reads ``r + dr``; ``2 H (r + dr) + 2 H r`` FLOPs.
+
+    Returns ``{form: {"numbers": ..., "flops": ...}}``.  The per-token projections (including
+    the absorbed ``W_UK``, ``W_UV`` products, which are ``kv_b_proj``'s weights used once per
+    token) are not per-position costs and are counted in ``ParamCount.matmul_active``.
+    """
+    if spec.attention != "mla":
+        raise ValueError(f"spec.attention must be 'mla', got {spec.attention!r}")
+    h, r, dr = spec.n_head, spec.kv_lora_rank, spec.qk_rope_head_dim
+    dn, dv = spec.qk_nope_head_dim, spec.v_head_dim
+    attend = 2 * h * (dn + dr) + 2 * h * dv
+    return {
+        "mha_cache": {"numbers": h * (dn + dr + dv), "flops": attend},
+        "naive": {"numbers": r + dr, "flops": 2 * r * h * (dn + dv) + attend},
+        "absorbed": {"numbers": r + dr, "flops": 2 * h * (r + dr) + 2 * h * r},
+    }
+
+
+def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True) -> int:
+    """Forward FLOPs to decode one token that attends over ``context_len`` cached positions.
+
+    ``2 * matmul_active`` (a multiply and an add per weight the token is multiplied through)
+    plus the context-dependent attention term of every softmax-attention layer:
+
+    * MHA/GQA: ``4 * n_head * head_dim * context_len`` (scores and weighted sum; sharing K/V
+      heads saves bytes, not FLOPs);
+    * MLA: :func:`mla_decode_costs`'s ``"absorbed"`` (default) or ``"naive"`` FLOPs per position
+      times ``context_len``;
+
+    plus, per KDA layer, the state update and read, ``7 * kda_n_head * Dk * Dv`` (decay 1,
+    ``k^T S`` 2, rank-one write 2, ``q^T S`` 2), which does not grow with context.  Softmax,
+    norms and activations are ignored.
+    """
+    _check_nonneg_int("context_len", context_len)
+    if not isinstance(mla_absorbed, bool):
+        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    if spec.attention == "mla":
+        per_position = mla_decode_costs(spec)["absorbed" if mla_absorbed else "naive"]["flops"]
+    else:
+        per_position = 4 * spec.n_head * spec.head_dim
+    state = 7 * spec.kda_n_head * spec.kda_head_dim ** 2
+    return (2 * count_params(spec).matmul_active
+            + spec.n_attention_layers * per_position * context_len
+            + spec.n_kda_layers * state)

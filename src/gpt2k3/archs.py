@@ -4,14 +4,33 @@ Each spec carries its ``source``.  The GPT-2 sizes are those of OpenAI's release
 checkpoints (Radford et al., 2019; the ``config.json`` files of the ``gpt2``,
 ``gpt2-medium``, ``gpt2-large`` and ``gpt2-xl`` checkpoints): vocabulary 50,257,
 1,024 learned positions, LayerNorm with bias, head tied to the token embedding.
+
+The mixture-of-experts models are transcribed from the ``config.json`` published with their
+weights on Hugging Face (field names in brackets below):
+
+* ``DEEPSEEK_V3`` -- ``deepseek-ai/DeepSeek-V3`` (DeepSeek-AI, 2024, arXiv:2412.19437); the same
+  sizes are the defaults of ``transformers.DeepseekV3Config``.  The count is the main model;
+  the released weights add one multi-token-prediction module (11.5B unique parameters,
+  ``num_nextn_predict_layers``) used only for speculative decoding, which is not counted.
+* ``KIMI_K2`` -- ``moonshotai/Kimi-K2-Instruct`` (Kimi Team, 2025, arXiv:2507.20534), a
+  ``DeepseekV3ForCausalLM``: DeepSeek-V3's layout with 64 heads, 384 experts, one dense layer,
+  a 163,840-token vocabulary.
+* ``KIMI_LINEAR_48B`` -- ``moonshotai/Kimi-Linear-48B-A3B-Instruct`` (Kimi Team, 2025,
+  arXiv:2510.26692): 27 layers, KDA in 20 of them and MLA in 7 (``linear_attn_config``:
+  ``full_attn_layers`` 4, 8, ..., 24, 27, 1-based), MLA without positional encoding
+  (``mla_use_nope``), MLA queries without a low-rank bottleneck (``q_lora_rank: null``).
+
+``PUBLISHED`` holds the headline sizes the model cards and reports state (rounded), so the
+chapters can set them beside the exact counts.  ``K3_SCALE`` arrives with chapter 8.
 """
 
 from __future__ import annotations
 
-from .accounting import ArchSpec
+from .accounting import ArchSpec, hybrid_layers
 
-__all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "K3_TOTAL_PARAMS",
-           "spec_from_gpt_config"]
+__all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
+           "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "PUBLISHED", "K3_TOTAL_PARAMS",
+           "spec_from_gpt_config", "hf_config", "hf_meta_model"]
 
 _GPT2_SOURCE = ("Radford et al. 2019, 'Language Models are Unsupervised Multitask Learners'; "
                 "sizes from the released checkpoints' config.json")
@@ -29,6 +48,50 @@ GPT2_LARGE = _gpt2("GPT-2 large", 36, 20, 1280)
 GPT2_XL = _gpt2("GPT-2 XL", 48, 25, 1600)
 GPT2_FAMILY = (GPT2_SMALL, GPT2_MEDIUM, GPT2_LARGE, GPT2_XL)
 
+#: DeepSeek-V3 (671B total, 37B activated): MLA in every layer, 3 dense layers then 58 MoE
+#: layers of 256 routed experts (8 per token) and 1 shared expert.
+DEEPSEEK_V3 = ArchSpec(
+    name="DeepSeek-V3", vocab_size=129280, n_layer=61, d_model=7168, n_head=128, d_ff=18432,
+    max_positions=163840, bias=False, norm="rmsnorm", tied_embeddings=False, mlp="swiglu",
+    position="rope", attention="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+    qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256, n_shared_experts=1, top_k=8,
+    d_expert=2048, first_k_dense=3,
+    source=("DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv:2412.19437); config.json of "
+            "deepseek-ai/DeepSeek-V3 (= transformers' DeepseekV3Config defaults)"))
+
+#: Kimi K2 (about 1T total, 32B activated): DeepSeek-V3's architecture with half the heads,
+#: 384 routed experts, one dense layer and a larger vocabulary.
+KIMI_K2 = DEEPSEEK_V3.with_(
+    name="Kimi K2", vocab_size=163840, n_head=64, max_positions=131072, n_routed_experts=384,
+    first_k_dense=1,
+    source=("Kimi Team 2025, 'Kimi K2: Open Agentic Intelligence' (arXiv:2507.20534); config.json "
+            "of moonshotai/Kimi-K2-Instruct"))
+
+#: Kimi Linear 48B-A3B: 20 KDA + 7 MLA layers (3:1 hybrid, last layer MLA), 1 dense layer
+#: then 26 MoE layers of 256 routed experts (8 per token) and 1 shared expert.
+KIMI_LINEAR_48B = ArchSpec(
+    name="Kimi Linear 48B-A3B", vocab_size=163840, n_layer=27, d_model=2304, n_head=32,
+    d_ff=9216, max_positions=1048576, bias=False, norm="rmsnorm", tied_embeddings=False,
+    mlp="swiglu", position="none", attention="mla", q_lora_rank=None, kv_lora_rank=512,
+    qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    kda_layers=hybrid_layers(27, 3), kda_n_head=32, kda_head_dim=128, kda_conv_kernel=4,
+    n_routed_experts=256, n_shared_experts=1, top_k=8, d_expert=1024, first_k_dense=1,
+    source=("Kimi Team 2025, 'Kimi Linear: An Expressive, Efficient Attention Architecture' "
+            "(arXiv:2510.26692); config.json of moonshotai/Kimi-Linear-48B-A3B-Instruct"))
+
+MOE_MODELS = (DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B)
+
+#: Headline sizes as published (rounded by their authors): total and activated parameters
+#: and where they are stated.
+PUBLISHED = {
+    "DeepSeek-V3": {"total": 671e9, "active": 37e9,
+                    "where": "DeepSeek-V3 technical report, abstract"},
+    "Kimi K2": {"total": 1e12, "active": 32e9,
+                "where": "moonshotai/Kimi-K2-Instruct model card"},
+    "Kimi Linear 48B-A3B": {"total": 48e9, "active": 3e9,
+                            "where": "Kimi Linear report and model name (48B-A3B)"},
+}
+
 #: The headline size of the Kimi-K3-scale model the book ends with (about 2.8
 #: trillion parameters; the full configuration arrives with chapter 8).
 K3_TOTAL_PARAMS = 2.8e12
@@ -39,3 +102,68 @@ def spec_from_gpt_config(config, name: str = "custom") -> ArchSpec:
     return ArchSpec(name=name, vocab_size=config.vocab_size, n_layer=config.n_layer,
                     d_model=config.n_embd, n_head=config.n_head, max_positions=config.block_size,
                     bias=config.bias, norm="layernorm", tied_embeddings=True)
+
+
+def hf_config(spec: ArchSpec):
+    """A Hugging Face ``transformers`` configuration with the shapes of ``spec``.
+
+    Three families are expressible: GPT-2 (``GPT2Config``: MHA, GELU MLP, LayerNorm with biases,
+    learned positions, tied head), DeepSeek-V3 (``DeepseekV3Config``: MLA, SwiGLU, RMSNorm, no
+    biases, untied head, dense or MoE with one shared-expert width) and Kimi Linear
+    (``KimiLinearConfig``: the same with KDA layers).  Anything else raises ``ValueError``.
+    Only shapes are set; routing constants and RoPE settings keep transformers' defaults.
+    """
+    import transformers
+
+    if not isinstance(spec, ArchSpec):
+        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    if spec.attention == "mha" and spec.mlp == "gelu" and not spec.kda_layers and not spec.is_moe:
+        if (spec.norm, spec.position, spec.tied_embeddings, spec.bias, spec.d_head, spec.d_ff) != (
+                "layernorm", "learned", True, True, None, None):
+            raise ValueError(f"{spec.name}: a GPT-2 config needs LayerNorm with bias, learned "
+                             "positions, a tied head and the default head and MLP widths")
+        return transformers.GPT2Config(vocab_size=spec.vocab_size, n_positions=spec.max_positions,
+                                       n_embd=spec.d_model, n_layer=spec.n_layer,
+                                       n_head=spec.n_head)
+    if (spec.attention, spec.mlp, spec.norm, spec.bias, spec.tied_embeddings) != (
+            "mla", "swiglu", "rmsnorm", False, False):
+        raise ValueError(f"{spec.name}: only GPT-2-, DeepSeek-V3- and Kimi-Linear-shaped specs "
+                         "have a transformers config here")
+    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=spec.ffn_dim,
+                  num_hidden_layers=spec.n_layer, num_attention_heads=spec.n_head,
+                  num_key_value_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,
+                  kv_lora_rank=spec.kv_lora_rank, qk_nope_head_dim=spec.qk_nope_head_dim,
+                  qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
+                  tie_word_embeddings=False)
+    moe = spec.is_moe
+    experts = dict(moe_intermediate_size=spec.d_expert if moe else 1,
+                   n_shared_experts=spec.n_shared_experts if moe else 1,
+                   first_k_dense_replace=spec.first_k_dense if moe else spec.n_layer)
+    if spec.kda_layers:
+        if spec.kda_conv_kernel < 1:
+            raise ValueError(f"{spec.name}: KimiLinearConfig needs kda_conv_kernel >= 1")
+        full = [i + 1 for i in range(spec.n_layer) if i not in spec.kda_layers]
+        return transformers.KimiLinearConfig(
+            **common, **experts, num_experts=spec.n_routed_experts or 1,
+            num_experts_per_token=spec.top_k or 1,
+            linear_attn_config={"full_attn_layers": full,
+                                "kda_layers": [i + 1 for i in spec.kda_layers],
+                                "head_dim": spec.kda_head_dim, "num_heads": spec.kda_n_head,
+                                "short_conv_kernel_size": spec.kda_conv_kernel})
+    return transformers.DeepseekV3Config(
+        **common, **experts, n_routed_experts=spec.n_routed_experts or 1,
+        num_experts_per_tok=spec.top_k or 1, n_group=1, topk_group=1,
+        max_position_embeddings=spec.max_positions or 4096)
+
+
+def hf_meta_model(spec: ArchSpec):
+    """``spec`` built as a ``transformers`` causal LM on the ``meta`` device: every parameter
+    has its shape and no storage, so any size is instant and free (see :func:`hf_config`)."""
+    import torch
+    import transformers
+
+    config = hf_config(spec)
+    cls = {"gpt2": transformers.GPT2LMHeadModel, "deepseek_v3": transformers.DeepseekV3ForCausalLM,
+           "kimi_linear": transformers.KimiLinearForCausalLM}[config.model_type]
+    with torch.device("meta"):
+        return cls(config)

@@ -40,6 +40,6 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Markdown:
             return " × ".join(str(v) for v in x)
         return str(x).replace("|", "\\|")
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
     return Markdown("\n".join(lines))

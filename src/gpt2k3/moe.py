@@ -19,6 +19,12 @@ For a token ``x`` (size ``d_model``) the layer returns::
   (DeepSeek-V2 rated a group by its single best softmax score; that variant is not modelled:
   the top-two sum is used for both score functions.)
 
+Sources: shared plus fine-grained routed experts are DeepSeekMoE's (Dai et al., 2024,
+arXiv:2401.06066), used in DeepSeek-V2 (arXiv:2405.04434); sigmoid scores, the selection-only
+bias and its update rule are DeepSeek-V3's (arXiv:2412.19437, section 2.1.2; Wang et al., 2024,
+arXiv:2408.15664); Kimi K2 and Kimi Linear reuse the same router.  ``tests/test_moe.py`` checks
+this module against Hugging Face's ``DeepseekV3MoE``.
+
 :meth:`MoE.forward_loop_reference` is the definition (one token at a time); :meth:`MoE.forward`
 is the fast form (for each expert, gather its tokens, run them as one batch, ``index_add`` the
 weighted results back).
@@ -96,14 +102,26 @@ class MoEConfig:
 
     @classmethod
     def deepseek_v3(cls) -> "MoEConfig":
-        """DeepSeek-V3 MoE layer (config.json of deepseek-ai/DeepSeek-V3)."""
+        """DeepSeek-V3 MoE layer.
+
+        From the config.json of deepseek-ai/DeepSeek-V3: ``n_routed_experts`` 256,
+        ``n_shared_experts`` 1, ``num_experts_per_tok`` 8, ``moe_intermediate_size`` 2048,
+        ``scoring_func`` sigmoid, ``norm_topk_prob`` true, ``routed_scaling_factor`` 2.5,
+        ``n_group`` 8, ``topk_group`` 4 (transformers' ``DeepseekV3Config`` defaults agree).
+        """
         return cls(d_model=7168, n_routed_experts=256, n_shared_experts=1, top_k=8, d_expert=2048,
                    score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5,
                    n_group=8, topk_group=4)
 
     @classmethod
     def kimi_k2(cls) -> "MoEConfig":
-        """Kimi K2 MoE layer (config.json of moonshotai/Kimi-K2-Instruct): 384 experts, one group."""
+        """Kimi K2 MoE layer: 384 experts, no expert groups.
+
+        From the config.json of moonshotai/Kimi-K2-Instruct: ``n_routed_experts`` 384,
+        ``n_shared_experts`` 1, ``num_experts_per_tok`` 8, ``moe_intermediate_size`` 2048,
+        ``scoring_func`` sigmoid, ``norm_topk_prob`` true, ``routed_scaling_factor`` 2.827,
+        ``n_group`` 1, ``topk_group`` 1.
+        """
         return cls(d_model=7168, n_routed_experts=384, n_shared_experts=1, top_k=8, d_expert=2048,
                    score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.827,
                    n_group=1, topk_group=1)
@@ -158,6 +176,15 @@ class Router(nn.Module):
         if cfg.norm_topk_prob:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return weights * cfg.routed_scaling_factor, indices
+
+    @torch.no_grad()
+    def assignment(self, x: torch.Tensor) -> torch.Tensor:
+        """The routing of tokens ``x`` ``(N, d_model)`` as a dense ``(N, n_routed_experts)`` matrix:
+        entry ``(n, e)`` is the weight token ``n`` gives expert ``e`` (0 if ``e`` was not chosen)."""
+        weights, indices = self(x)
+        out = torch.zeros(x.shape[0], self.cfg.n_routed_experts, dtype=weights.dtype,
+                          device=weights.device)
+        return out.scatter_(1, indices, weights)
 
     @torch.no_grad()
     def update_bias(self, load: torch.Tensor, step: float = 1e-3) -> None:

@@ -19,3 +19,10 @@ __all__ = ["PALETTE", "Step", "add_slider", "style",
            # chapter 2
            "registered_specs", "human_bytes", "cache_growth", "decode_step_bytes",
            "cache_bound_crossover", "decode_speed", "decode_roofline"]
+from .mla_moe import (H200_MEMORY_BYTES, PARAM_SPECS, mla_cache, mla_cache_variants, moe_balancing,
+                      moe_routing, param_components, routing_counts)
+
+__all__ += [  # chapter 7
+    "mla_cache", "mla_cache_variants", "moe_routing", "moe_balancing", "routing_counts",
+    "param_components",
+    "H200_MEMORY_BYTES", "PARAM_SPECS"]

@@ -21,8 +21,8 @@ def style(fig: go.Figure, *, title: str, x_title: str, y_title: str, height: int
     """Apply the book's house style in place and return ``fig``."""
     fig.update_layout(
         template="plotly_white",
-        title=dict(text=title, x=0.02, xanchor="left", y=0.98, yanchor="top", yref="container",
-                   font=dict(size=16)),
+        title=dict(text=title, x=0.02, xanchor="left", y=1.0, yanchor="top", yref="container",
+                   pad=dict(t=14), font=dict(size=16)),
         height=height,
         margin=dict(l=70, r=30, t=110, b=60),
         font=dict(family="Inter, Helvetica, Arial, sans-serif", size=13),

@@ -42,6 +42,11 @@ Two equivalent decode paths read that cache:
   value up-projection is applied once to the result. No per-head key or value of a past token is
   ever formed.
 
+Sources: MLA and the absorbed decode are DeepSeek-V2's (DeepSeek-AI, 2024, arXiv:2405.04434,
+section 2.1: "W_UK can be absorbed into W_UQ, and W_UV into W_O"); the layout and parameter names
+are those of DeepSeek-V3 (arXiv:2412.19437) as implemented by Hugging Face's
+``DeepseekV3Attention``, against which ``tests/test_mla.py`` checks this module.
+
 RoPE convention: with ``rope_interleave=True`` (DeepSeek's checkpoints) the rotary dimensions are
 paired as ``(x0, x1), (x2, x3), ...``; with ``False`` they are paired as ``(x_i, x_{i+d/2})``
 ("rotate half"). Pair ``i`` is rotated by angle ``position * rope_theta ** (-2 i / d)``.
@@ -64,6 +69,7 @@ __all__ = [
     "apply_rope",
     "latent_numbers_per_token",
     "mha_equivalent_numbers_per_token",
+    "compare_decodes",
 ]
 
 
@@ -127,17 +133,45 @@ class MLAConfig:
 
     @classmethod
     def deepseek_v3(cls) -> "MLAConfig":
-        """DeepSeek-V3 / R1 attention sizes (config.json of deepseek-ai/DeepSeek-V3)."""
+        """DeepSeek-V3 / R1 attention sizes.
+
+        From the config.json of deepseek-ai/DeepSeek-V3 (``hidden_size`` 7168,
+        ``num_attention_heads`` 128, ``q_lora_rank`` 1536, ``kv_lora_rank`` 512,
+        ``qk_nope_head_dim`` 128, ``qk_rope_head_dim`` 64, ``v_head_dim`` 128, ``rope_theta``
+        10000, ``max_position_embeddings`` 163840); transformers' ``DeepseekV3Config`` has the
+        same defaults.  YaRN scaling (factor 40) is not modelled.
+        """
         return cls(d_model=7168, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
                    qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                    rope_theta=10000.0, max_len=163840)
 
     @classmethod
     def kimi_k2(cls) -> "MLAConfig":
-        """Kimi K2 attention sizes (config.json of moonshotai/Kimi-K2-Instruct): V3's MLA, 64 heads."""
+        """Kimi K2 attention sizes: DeepSeek-V3's MLA with 64 heads instead of 128.
+
+        From the config.json of moonshotai/Kimi-K2-Instruct (``num_attention_heads`` 64,
+        ``rope_theta`` 50000, ``max_position_embeddings`` 131072, the MLA ranks and head dims as
+        in DeepSeek-V3); the Kimi K2 report (arXiv:2507.20534) motivates the halved head count by
+        its inference cost at long context.  YaRN scaling is not modelled.
+        """
         return cls(d_model=7168, n_heads=64, q_lora_rank=1536, kv_lora_rank=512,
                    qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
                    rope_theta=50000.0, max_len=131072)
+
+    @classmethod
+    def from_spec(cls, spec, **overrides) -> "MLAConfig":
+        """The MLA layer of an :class:`gpt2k3.accounting.ArchSpec` with ``attention="mla"``.
+
+        ``max_len`` defaults to the spec's ``max_positions``; other fields (``rope_theta``, ...)
+        keep their defaults unless given in ``overrides``.
+        """
+        if getattr(spec, "attention", None) != "mla":
+            raise ValueError(f"spec must be an ArchSpec with attention='mla', got {spec!r}")
+        sizes = dict(d_model=spec.d_model, n_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,
+                     kv_lora_rank=spec.kv_lora_rank, qk_nope_head_dim=spec.qk_nope_head_dim,
+                     qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
+                     max_len=spec.max_positions or 4096)
+        return cls(**{**sizes, **overrides})
 
 
 def latent_numbers_per_token(cfg: MLAConfig) -> int:
@@ -442,3 +476,33 @@ class MLA(nn.Module):
         o = torch.einsum("bhtr,hvr->bhtv", o_lat, w_uv)                # fold W_UV on the way out
         out = self._merge_heads(o)
         return out[:, 0] if squeeze else out
+
+
+@torch.no_grad()
+def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str, float]:
+    """Decode ``x`` ``(B, T, d_model)`` token by token with both paths and compare.
+
+    The first ``n_prefill`` tokens are prefilled into two fresh caches; every later token is
+    decoded once with :meth:`MLA.decode_naive` and once with :meth:`MLA.decode_absorbed`.
+    Returns the largest absolute differences over all decoded outputs: ``"naive_vs_absorbed"``,
+    ``"naive_vs_forward"`` and ``"absorbed_vs_forward"`` (against the training form
+    :meth:`MLA.forward` on the whole sequence), plus ``"scale"``, the largest absolute output,
+    to judge them by.
+    """
+    model._check_x(x)
+    t = x.shape[1]
+    if isinstance(n_prefill, bool) or not isinstance(n_prefill, int) or not 1 <= n_prefill < t:
+        raise ValueError(f"n_prefill must be an int in [1, T={t}), got {n_prefill!r}")
+    ref = model(x)[:, n_prefill:]
+    naive_cache, absorbed_cache = model.new_cache(x.shape[0], t), model.new_cache(x.shape[0], t)
+    model.prefill(x[:, :n_prefill], naive_cache)
+    model.prefill(x[:, :n_prefill], absorbed_cache)
+    naive = torch.stack([model.decode_naive(x[:, i], naive_cache) for i in range(n_prefill, t)], 1)
+    absorbed = torch.stack([model.decode_absorbed(x[:, i], absorbed_cache)
+                            for i in range(n_prefill, t)], 1)
+
+    def diff(a, b):
+        return (a - b).abs().max().item()
+
+    return {"naive_vs_absorbed": diff(naive, absorbed), "naive_vs_forward": diff(naive, ref),
+            "absorbed_vs_forward": diff(absorbed, ref), "scale": ref.abs().max().item()}

@@ -15,3 +15,6 @@ __all__ = ["Explorer", "explorer",
            "param_explorer",
            # chapter 2
            "cache_explorer"]
+from .mla_moe import moe_explorer, routing_explorer
+
+__all__ += ["moe_explorer", "routing_explorer"]  # chapter 7
