@@ -106,6 +106,74 @@ def test_error_curve_is_deterministic():
     assert a != memory.error_curve(8, [2, 5], "delta", seed=8, trials=2)
 
 
+def test_least_squares_is_exact_up_to_d_and_the_floor_beyond():
+    d = 12
+    for n in (3, 12):  # random keys are linearly independent up to n = d
+        keys = memory.random_unit_keys(n, d, gen(n))
+        values = torch.randn(n, d, generator=gen(50 + n))
+        assert memory.retrieval_error(keys, values, "least_squares") < 1e-4
+    keys = memory.random_unit_keys(40, d, gen(9), dtype=torch.float64)
+    values = torch.randn(40, d, generator=gen(10), dtype=torch.float64)
+    total = {rule: (memory.read(S, keys) - values).pow(2).sum().item()
+             for rule, S in (("additive", memory.write_additive(keys, values)),
+                             ("delta", memory.write_delta(keys, values)),
+                             ("least_squares", memory.write_least_squares(keys, values)))}
+    # no D x D state recalls 40 pairs in 12 dimensions with less total squared error
+    assert total["least_squares"] < total["delta"] < total["additive"]
+    assert total["least_squares"] > 1.0
+
+
+def test_expected_additive_error_matches_measurement():
+    d, ns = 64, [2, 16, 64, 128]
+    measured = memory.error_curve(d, ns, "additive", seed=2, trials=16)
+    for n, m in zip(ns, measured):
+        assert 0.85 * memory.expected_additive_error(n, d) < m <= 1.02 * memory.expected_additive_error(n, d)
+    assert memory.expected_additive_error(1, 5) == 0.0
+
+
+def test_error_by_position_delta_keeps_the_newest():
+    d, n = 16, 48
+    delta_rule = memory.error_by_position(d, n, "delta", beta=1.0, seed=1, trials=8)
+    additive = memory.error_by_position(d, n, "additive", seed=1, trials=8)
+    assert len(delta_rule) == len(additive) == n
+    assert delta_rule[-1] < 1e-5  # the last write is exact (unit key, beta = 1)
+    assert sum(delta_rule[-4:]) < sum(delta_rule[:4])  # old pairs are the ones lost
+    # the additive rule blurs every pair alike: no trend from oldest to newest
+    assert abs(sum(additive[:n // 2]) - sum(additive[n // 2:])) < 0.15 * sum(additive)
+    # the same draws as error_curve: its mean over pairs is the curve's value
+    assert abs(sum(delta_rule) / n - memory.error_curve(d, [n], "delta", seed=1, trials=8)[0]) < 1e-6
+
+
+def test_pair_errors_and_retrieval_error_agree():
+    keys = memory.random_unit_keys(10, 6, gen(20))
+    values = torch.randn(10, 4, generator=gen(21))
+    for rule in memory.RULES:
+        errs = memory.pair_errors(keys, values, rule)
+        assert errs.shape == (10,)
+        assert abs(errs.mean().item() - memory.retrieval_error(keys, values, rule)) < 1e-6
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.4, 1.0, 2.0])
+def test_read_erase_write_is_one_delta_step(beta):
+    g = gen(30)
+    S = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(6, generator=g, dtype=torch.float64)
+    k = k / k.norm()
+    v = torch.randn(4, generator=g, dtype=torch.float64)
+    step = memory.read_erase_write(S, k, v, beta)
+    b = torch.full((1, 1, 1), beta, dtype=torch.float64)
+    _, S_mixer = delta.recurrent(k[None, None, None], k[None, None, None], v[None, None, None], b,
+                                 state=S[None, None])
+    torch.testing.assert_close(step.after, S_mixer[0, 0])
+    torch.testing.assert_close(step.v_old, k @ S)
+    torch.testing.assert_close(step.read_erased, (1 - beta) * step.v_old)  # unit key
+    torch.testing.assert_close(step.read_after, (1 - beta) * step.v_old + beta * v)
+    # directions orthogonal to k are untouched
+    other = torch.randn(6, generator=g, dtype=torch.float64)
+    other = other - (other @ k) * k
+    torch.testing.assert_close(other @ step.after, other @ S)
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -130,6 +198,18 @@ VALUES = torch.randn(4, 2, generator=gen(1))
         (lambda: memory.error_curve(8, [4, 9], key_kind="orthogonal"), r"orthogonal keys need every n"),
         (lambda: memory.error_curve(8, [0]), r"each n in ns must be an int >= 1"),
         (lambda: memory.error_curve(8, [2], trials=0), r"trials must be an int >= 1"),
+        (lambda: memory.write_delta(KEYS, VALUES, 2.5), r"beta must be in \[0, 2\]"),
+        (lambda: memory.write_delta(KEYS, VALUES, "1"), r"beta must be a float or a tensor"),
+        (lambda: memory.pair_errors(KEYS, VALUES, rule="hebbian"), r"rule must be one of"),
+        (lambda: memory.write_least_squares(KEYS, VALUES[:2]), r"values must have shape \(N, Dv\)"),
+        (lambda: memory.error_by_position(8, 9, key_kind="orthogonal"), r"orthogonal keys need every n"),
+        (lambda: memory.error_by_position(8, 0), r"each n in ns must be an int >= 1"),
+        (lambda: memory.expected_additive_error(0, 8), r"n must be an int >= 1"),
+        (lambda: memory.read_erase_write(torch.zeros(3, 2), KEYS[0], VALUES[0], 3.0),
+         r"beta must be a float in \[0, 2\]"),
+        (lambda: memory.read_erase_write(torch.zeros(3, 2), KEYS[0], VALUES[0, :1]),
+         r"k must have shape \(D,\)"),
+        (lambda: memory.read_erase_write(torch.zeros(3, 2), KEYS, VALUES[0]), r"k must have 1 dimensions"),
     ],
 )
 def test_bad_input_raises(call, match):

@@ -1,4 +1,7 @@
-"""DeltaNet: the chunkwise WY/UT form equals the token-by-token definition; fla oracle; seed snippet."""
+"""DeltaNet: the chunkwise WY/UT form equals the token-by-token definition; fla oracle; seed snippet;
+the pieces of the chunkwise derivation (Householder product, WY factors, UT transform); the cost model."""
+
+import math
 
 import pytest
 import torch
@@ -111,6 +114,70 @@ def test_split_processing_with_state(shape, chunk, split, seed):
     assert_close(S4, S_all)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 300), st.integers(1, 8),
+                    st.integers(1, 8)),
+    chunk=st.sampled_from([16, 32, 64, 128]),
+    beta_max=st.sampled_from([0.0, 1.0, 2.0]),
+    split=st.integers(0, 300),
+    seed=st.integers(0, 2**16),
+)
+def test_book_chunk_sizes_with_state_and_splits(shape, chunk, beta_max, split, seed):
+    """The chunk sizes the book uses, beta anywhere in [0, 2], an initial state, two pieces."""
+    B, H, T, Dk, Dv = shape
+    split = min(split, T)
+    q, k, v, beta = make(*shape, seed=seed, beta_max=beta_max)
+    S0 = make_state(B, H, Dk, Dv, seed=seed + 1)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta, state=S0)
+    o1, S1 = delta.chunkwise(*(x[:, :, :split] for x in (q, k, v, beta)), chunk_size=chunk, state=S0)
+    o2, S2 = delta.chunkwise(*(x[:, :, split:] for x in (q, k, v, beta)), chunk_size=chunk, state=S1)
+    assert_close(torch.cat([o1, o2], dim=2), o_rec, atol=1e-9, rtol=1e-9)
+    assert_close(S2, S_rec, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("elements", [1, 5_000])
+def test_chunks_processed_in_groups(monkeypatch, elements):
+    """A small memory budget splits the chunks into many groups (one chunk each at the extreme)."""
+    monkeypatch.setattr(delta, "_BLOCK_ELEMENTS", elements)
+    q, k, v, beta = make(2, 2, 203, 6, 5, seed=41)
+    S0 = make_state(2, 2, 6, 5)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta, state=S0)
+    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=16, state=S0)
+    assert_close(o_chk, o_rec)
+    assert_close(S_chk, S_rec)
+
+
+def test_gradients_match_the_recurrence():
+    """The chunked form is differentiable (layers train through it) with the recurrence's gradients."""
+    q, k, v, beta = (x.requires_grad_() for x in make(1, 2, 37, 5, 3, seed=43))
+    S0 = make_state(1, 2, 5, 3).requires_grad_()
+    inputs = (q, k, v, beta, S0)
+
+    def grads(fn, **kw):
+        o, S = fn(q, k, v, beta, state=S0, **kw)
+        return torch.autograd.grad((o * o).sum() + S.sum(), inputs)
+
+    for g_chk, g_rec in zip(grads(delta.chunkwise, chunk_size=8), grads(delta.recurrent)):
+        assert_close(g_chk, g_rec)
+
+
+def test_stable_at_65536_tokens():
+    """float32, T = 65,536, beta up to 2 (reflections): the state stays bounded, outputs finite."""
+    T, D = 65_536, 16
+    q, k, v, beta = make(1, 1, T, D, D, seed=44, dtype=torch.float32)
+    o, S = delta.chunkwise(q, k, v, beta, chunk_size=128)
+    assert torch.isfinite(o).all() and torch.isfinite(S).all()
+    # every step is non-expansive for unit keys and beta in [0, 2]: the state cannot blow up
+    assert S.norm() < 10 * v.abs().max() * D
+    # the last 200 tokens token by token, from the state the chunked run had before them
+    head = [x[:, :, :-200] for x in (q, k, v, beta)]
+    o_tail, S_tail = delta.recurrent(*(x[:, :, -200:] for x in (q, k, v, beta)),
+                                     state=delta.chunkwise(*head, chunk_size=128)[1])
+    torch.testing.assert_close(o_tail, o[:, :, -200:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(S_tail, S, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_low_precision_inputs(dtype):
     q, k, v, beta = make(1, 2, 40, 8, 8, seed=6, dtype=dtype)
@@ -156,14 +223,14 @@ def test_fla_delta_rule_recurrence():
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_size", [16, 32])
+@pytest.mark.parametrize("chunk_size", [16, 32, 64])
 def test_fla_delta_rule_chunkwise(chunk_size):
     naive = load_naive("delta_rule")
-    q, k, v, beta = make(2, 2, 96, 16, 8, seed=32, dtype=torch.float32)  # theirs needs T % chunk == 0
+    q, k, v, beta = make(2, 2, 192, 16, 8, seed=32, dtype=torch.float32)  # theirs needs T % chunk == 0
     o_ref, S_ref = naive.delta_rule_chunkwise(q * 16**0.5, k, v, beta, chunk_size=chunk_size)
-    o, S = delta.recurrent(q, k, v, beta)
-    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
+    for o, S in (delta.recurrent(q, k, v, beta), delta.chunkwise(q, k, v, beta, chunk_size=chunk_size)):
+        torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -221,8 +288,161 @@ def test_bad_input_raises(case, match):
             call()
 
 
+@pytest.mark.parametrize("bad", [-0.01, 2.01, float("nan"), float("inf")])
+def test_beta_outside_0_2_raises(bad):
+    q, k, v, beta = make(1, 2, 6, 4, 3)
+    beta[0, 1, 3] = bad
+    for call in _forms(q, k, v, beta):
+        with pytest.raises(ValueError, match=r"beta must be in \[0, 2\]"):
+            call()
+    for fn in (delta.householder_product, delta.ut_transform):
+        with pytest.raises(ValueError, match=r"beta must be in \[0, 2\]"):
+            fn(k[0, 1], beta[0, 1])
+
+
+def test_beta_at_the_ends_of_the_range_is_accepted():
+    q, k, v, _ = make(1, 1, 6, 4, 3)
+    for b in (0.0, 2.0):
+        beta = torch.full((1, 1, 6), b, dtype=q.dtype)
+        o_rec, S_rec = delta.recurrent(q, k, v, beta)
+        o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=4)
+        assert_close(o_chk, o_rec)
+        assert_close(S_chk, S_rec)
+        if b == 0.0:
+            assert not S_rec.any()  # beta = 0 writes nothing
+    # one write with beta = 2 into an empty state: the key reads back 2 v
+    _, S = delta.recurrent(k[:, :, :1], k[:, :, :1], v[:, :, :1], torch.full((1, 1, 1), 2.0, dtype=q.dtype))
+    assert_close(k[0, 0, :1] @ S[0, 0], 2 * v[0, 0, :1])
+
+
 @pytest.mark.parametrize("chunk_size", [0, -1, 2.5, False, "64"])
 def test_bad_chunk_size(chunk_size):
     q, k, v, beta = make(1, 1, 5, 3, 2)
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         delta.chunkwise(q, k, v, beta, chunk_size=chunk_size)
+
+
+# --------------------------------------------------------------------------- the derivation, piece by piece
+
+
+def chunk(C, Dk, Dv, seed, lead=()):
+    g = torch.Generator().manual_seed(seed)
+    k = F.normalize(torch.randn(*lead, C, Dk, generator=g, dtype=torch.float64), dim=-1)
+    v = torch.randn(*lead, C, Dv, generator=g, dtype=torch.float64)
+    beta = 2 * torch.rand(*lead, C, generator=g, dtype=torch.float64)
+    return k, v, beta
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 2)])
+def test_householder_product_is_the_product_of_the_factors(lead):
+    k, _, beta = chunk(7, 5, 3, seed=50, lead=lead)
+    P = delta.householder_product(k, beta)
+    assert P.shape == (*lead, 5, 5)
+    eye = torch.eye(5, dtype=torch.float64)
+    ref = eye.expand(*lead, 5, 5)
+    for t in range(7):
+        kt = k[..., t, :, None]  # column vector k_t^T
+        ref = (eye - beta[..., t, None, None] * kt @ kt.transpose(-1, -2)) @ ref
+    assert_close(P, ref)
+
+
+def test_unit_key_beta_two_is_a_reflection():
+    k, _, _ = chunk(1, 6, 1, seed=51)
+    H = delta.householder_product(k, torch.full((1,), 2.0, dtype=torch.float64))
+    assert_close(H @ H.T, torch.eye(6, dtype=torch.float64))  # orthogonal
+    assert_close(k @ H, -k)  # flips the key's direction
+
+
+@pytest.mark.parametrize("C", [1, 2, 9, 16, 33, 64])
+def test_wy_factors_represent_the_chunk(C):
+    """I - K^T W is the chunk's transition; S + K^T (U - W S) is the state after the chunk."""
+    k, v, beta = chunk(C, 6, 4, seed=52 + C)
+    W, U = delta.wy_representation(k, v, beta)
+    eye = torch.eye(6, dtype=torch.float64)
+    assert_close(delta.householder_product(k, beta), eye - k.T @ W)
+    S0 = make_state(1, 1, 6, 4, seed=C)[0, 0]
+    _, S = delta.recurrent(k[None, None], k[None, None], v[None, None], beta[None, None],
+                           state=S0[None, None])
+    assert_close(S[0, 0], S0 + k.T @ (U - W @ S0))
+
+
+@pytest.mark.parametrize("C", [1, 5, 16, 17, 33, 64, 100])
+def test_ut_transform_gives_the_wy_factors(C):
+    k, v, beta = chunk(C, 8, 3, seed=60 + C, lead=(2,))
+    T_ut = delta.ut_transform(k, beta)
+    # the definition, with a general-purpose inverse
+    A = torch.tril(beta[..., None] * (k @ k.transpose(-1, -2)), -1)
+    ref = torch.linalg.inv(torch.eye(C, dtype=torch.float64) + A) @ torch.diag_embed(beta)
+    assert_close(T_ut, ref, atol=1e-9, rtol=1e-9)
+    assert torch.equal(T_ut, T_ut.tril())
+    W, U = delta.wy_representation(k, v, beta)
+    assert_close(T_ut @ k, W, atol=1e-9, rtol=1e-9)
+    assert_close(T_ut @ v, U, atol=1e-9, rtol=1e-9)
+
+
+def test_chunk_outputs_from_the_wy_factors():
+    """Inside one chunk: O = Q S0 + tril(Q K^T) (U - W S0) is the recurrence's output."""
+    k, v, beta = chunk(12, 5, 4, seed=70)
+    g = torch.Generator().manual_seed(71)
+    q = F.normalize(torch.randn(12, 5, generator=g, dtype=torch.float64), dim=-1)
+    S0 = make_state(1, 1, 5, 4, seed=72)[0, 0]
+    T_ut = delta.ut_transform(k, beta)
+    O = q @ S0 + (q @ k.T).tril() @ (T_ut @ v - T_ut @ k @ S0)
+    o_rec, _ = delta.recurrent(q[None, None], k[None, None], v[None, None], beta[None, None],
+                               state=S0[None, None])
+    assert_close(O, o_rec[0, 0])
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda k, v, b: delta.householder_product(k[0], b), r"k must have shape \(\.\.\., C, Dk\)"),
+        (lambda k, v, b: delta.householder_product(k, b[:-1]), r"beta must have shape \(\.\.\., C\)"),
+        (lambda k, v, b: delta.wy_representation(k, v[:-1], b), r"v must have shape \(\.\.\., C, Dv\)"),
+        (lambda k, v, b: delta.ut_transform(k, 0.5), r"beta must be a torch.Tensor"),
+        (lambda k, v, b: delta.wy_representation(k.tolist(), v, b), r"k must be a torch.Tensor"),
+    ],
+)
+def test_derivation_helpers_reject_bad_input(call, match):
+    k, v, beta = chunk(4, 3, 2, seed=80)
+    with pytest.raises(ValueError, match=match):
+        call(k, v, beta)
+
+
+# --------------------------------------------------------------------------- the cost model
+
+
+def test_chunkwise_cost_counts():
+    T, C, d = 4096, 64, 64
+    c = delta.chunkwise_cost(T, C, d)
+    assert c.sequential_steps == 64 and c.recurrent_steps == T
+    assert c.recurrent_flops == 2 * 3 * T * d * d
+    assert c.sequential_flops == 2 * 2 * T * d * d  # u = U - W S and S += K^T u
+    n = T // C
+    inverse = delta._inverse_macs(C)
+    per_chunk = 2 * C * C * d + inverse + C * C * 2 * d + C * d * d + C * C * d
+    assert c.parallel_flops == 2 * n * per_chunk
+    assert c.flops == c.parallel_flops + c.sequential_flops
+    assert math.isclose(c.flops_ratio, c.flops / c.recurrent_flops)
+    # more work per token with bigger chunks, fewer sequential steps
+    costs = [delta.chunkwise_cost(T, cs, d) for cs in (1, 16, 64, 256)]
+    assert all(a.flops < b.flops for a, b in zip(costs, costs[1:]))
+    assert [c.sequential_steps for c in costs] == [4096, 256, 64, 16]
+    # a shorter last chunk is counted as what it is
+    ragged = delta.chunkwise_cost(100, 64, 8, 4)
+    assert ragged.sequential_steps == 2 and ragged.d_v == 4
+    assert ragged.parallel_flops == sum(2 * delta._chunk_macs(c, 8, 4)[0] for c in (64, 36))
+
+
+def test_inverse_macs_follow_the_recursion():
+    assert delta._inverse_macs(16) == 16**3 // 2
+    assert delta._inverse_macs(32) == 2 * (16**3 // 2) + 16**3 + 16**3
+
+
+@pytest.mark.parametrize("args, match", [((0, 64), "T must be a positive int"),
+                                         ((64, 0), "chunk_size must be a positive int"),
+                                         ((64, 16, 0), "d_k must be a positive int"),
+                                         ((64, 16, 8, 2.5), "d_v must be a positive int")])
+def test_chunkwise_cost_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        delta.chunkwise_cost(*args)

@@ -26,3 +26,9 @@ __all__ += [  # chapter 7
     "mla_cache", "mla_cache_variants", "moe_routing", "moe_balancing", "routing_counts",
     "param_components",
     "H200_MEMORY_BYTES", "PARAM_SPECS"]
+from .delta import (chunk_cost, chunkwise_speed, interference_beta, interference_by_position,
+                    interference_curves, load_results, n_grid, read_erase_write_stages, speed_rows)
+
+__all__ += [  # chapters 4 and 5
+    "n_grid", "interference_curves", "interference_by_position", "interference_beta",
+    "read_erase_write_stages", "chunk_cost", "load_results", "speed_rows", "chunkwise_speed"]

@@ -35,8 +35,22 @@ With ``T_c = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta)`` (the "UT transfo
     O = Q S + \operatorname{tril}(Q K^\top)\, U_{\text{new}}, \qquad
     S \leftarrow S + K^\top U_{\text{new}} .
 
-The triangular system is solved with ``torch.linalg.solve_triangular`` rather than by forming
-the inverse.
+The unit lower-triangular matrix is inverted blockwise (a triangular solve only on small
+diagonal blocks, batched matrix products for the rest), and the work that does not depend on the
+state -- all of the above except ``U_new`` and the state update -- is batched over many chunks at
+once; only ``T / C`` small steps remain sequential.
+
+**Why ``beta`` is in [0, 2].** One step multiplies the state by ``I - beta_t k_t^T k_t``. For a
+unit key that matrix has eigenvalue ``1 - beta_t`` along ``k_t`` and 1 elsewhere: ``beta = 1``
+replaces the stored value (a projection), ``beta = 2`` reflects it (a Householder reflection),
+and outside ``[0, 2]`` the eigenvalue leaves ``[-1, 1]`` and repeated writes amplify what is
+stored. Every function here raises ``ValueError`` for such a ``beta``.
+
+For the chapter that derives the chunkwise form, the pieces are exposed one by one and tested
+against each other: :func:`householder_product` (the chunk's transition matrix),
+:func:`wy_representation` (its WY factors, by their defining recursion), :func:`ut_transform`
+(the same factors from one triangular inverse) and :func:`chunkwise_cost` (a FLOP and
+sequential-step count against the chunk size).
 
 The same chunked algorithm, with decay factors threaded through it, gives Gated DeltaNet and
 Kimi Delta Attention; :mod:`gpt2k3.mixers.gated_delta` calls the shared cores
@@ -49,10 +63,15 @@ the delta rule only for ``T = 1``.
 
 from __future__ import annotations
 
+import math
+import operator
+from dataclasses import dataclass
+
 import torch
 
 from .._validate import (
     check_chunk_size,
+    check_tensor,
     check_per_token,
     check_qkv,
     check_state,
@@ -60,7 +79,16 @@ from .._validate import (
     output_dtype,
 )
 
-__all__ = ["recurrent", "chunkwise", "seed_one_shot"]
+__all__ = [
+    "recurrent",
+    "chunkwise",
+    "seed_one_shot",
+    "householder_product",
+    "wy_representation",
+    "ut_transform",
+    "ChunkCost",
+    "chunkwise_cost",
+]
 
 #: In the chunked core, log-decays are clamped to at least this (``exp`` of it is exactly 0 in
 #: float32 and float64), so that ``log_alpha = -inf`` (a full reset) never meets ``-inf - -inf``.
@@ -87,6 +115,22 @@ def _prepare(q, k, v, beta, state, extra=()):
     q, k, v, beta = (x.to(cdt) for x in (q, k, v, beta))
     S0 = q.new_zeros(B, H, Dk, Dv) if state is None else state.to(cdt)
     return (B, H, T, Dk, Dv), odt, q, k, v, beta, S0, *(x.to(cdt) for x in extra)
+
+
+#: The write strengths this module accepts (see "Why beta is in [0, 2]" above).
+BETA_RANGE = (0.0, 2.0)
+
+
+def _check_beta_range(beta: torch.Tensor) -> None:
+    """Require every ``beta`` in ``[0, 2]`` (NaN is rejected too)."""
+    lo, hi = BETA_RANGE
+    if not bool(((beta >= lo) & (beta <= hi)).all()):
+        b = beta.detach().double()
+        shown = b[~((b >= lo) & (b <= hi))].flatten()[0].item()
+        raise ValueError(
+            f"beta must be in [{lo:g}, {hi:g}] (the update I - beta k^T k stops being "
+            f"non-expansive for unit keys outside it); got a value of {shown:g}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,56 +199,139 @@ def _gate_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float32 if t.device.type == "mps" else torch.float64
 
 
+def _unit_lower_inverse(A: torch.Tensor, base: int = 16) -> torch.Tensor:
+    r"""``(I + L)^{-1}`` where ``L`` is the strictly lower triangle of ``A`` (the rest is ignored).
+
+    Block recursion on ``[[L11, 0], [L21, L22]]``: the inverse is
+    ``[[X11, 0], [-X22 L21 X11, X22]]`` with ``X11``, ``X22`` the inverses of the diagonal blocks,
+    down to ``base x base`` blocks, which a triangular solve inverts. Almost all the work is
+    then batched matrix products, several times faster on a CPU than a triangular solve with
+    many right-hand sides, and the result is the UT-transform matrix the chapter shows.
+    """
+    C = A.shape[-1]
+    if C <= base:
+        eye = torch.eye(C, dtype=A.dtype, device=A.device).expand(A.shape)
+        return torch.linalg.solve_triangular(A, eye, upper=False, unitriangular=True)
+    h = C // 2
+    X11 = _unit_lower_inverse(A[..., :h, :h], base)
+    X22 = _unit_lower_inverse(A[..., h:, h:], base)
+    X = A.new_zeros(A.shape)
+    X[..., :h, :h] = X11
+    X[..., h:, h:] = X22
+    X[..., h:, :h] = -(X22 @ (A[..., h:, :h] @ X11))
+    return X
+
+
+def _intra_chunk(q, k, v, beta, log_alpha):
+    r"""Everything about a group of chunks that does not depend on the state entering them.
+
+    Inputs are laid out ``(BH, N, C, D)`` (batch x head, chunk, token in chunk, channel), ``beta``
+    is ``(BH, N, C)`` and ``log_alpha`` None or ``(BH, N, C, G)``. With chunk-local cumulative
+    log-decays ``g_i = sum_{s<=i} log_alpha_s`` (so ``exp(g_i)`` is the decay from the chunk's start
+    to token ``i``, and ``g = 0`` without gates), unrolling the recurrence inside a chunk gives
+
+    * ``u_i = beta_i (v_i - (k_i * exp(g_i)) S - sum_{j<i} A_ij u_j)`` with
+      ``A_ij = sum_d k_i[d] k_j[d] exp(g_i[d] - g_j[d])``: a unit lower-triangular system,
+      ``(I + diag(beta) A) [W | U] = diag(beta) [K * exp(g) | V]``. Its solution is
+      ``[W | U] = T_ut [K * exp(g) | V]`` with the UT-transform matrix
+      ``T_ut = (I + tril(diag(beta) A, -1))^{-1} diag(beta)``; ``W`` and ``U`` are the WY factors,
+      and ``u = U - W S`` for whatever ``S`` enters the chunk;
+    * ``o_i = (q_i * exp(g_i)) S + sum_{j<=i} P_ij u_j`` with ``P_ij`` as ``A_ij`` but with ``q_i``;
+    * ``S <- Diag(exp(g_C)) S + sum_j (k_j * exp(g_C - g_j))^T u_j``.
+
+    Returns ``(W, U, q_dec, P, k_tail, chunk_decay)``: ``q_dec = Q * exp(g)``,
+    ``k_tail = K * exp(g_C - g)`` and ``chunk_decay = exp(g_C)`` of shape ``(BH, N, G, 1)``
+    (``q_dec = Q``, ``k_tail = K`` and ``chunk_decay = None`` without gates). Every exponent is
+    ``<= 0`` (see ``_pairwise_decay``), so nothing overflows however strong the decay.
+    """
+    if log_alpha is None:
+        decay, chunk_decay = None, None
+        q_dec, k_dec, k_tail = q, k, k
+    else:
+        la = log_alpha.to(_gate_dtype(q)).clamp_min(_LOG_ALPHA_FLOOR)
+        g = la.cumsum(-2)  # (..., C, G), non-increasing, <= 0
+        decay = _pairwise_decay(g, q.dtype)  # (..., C, C, G)
+        to_start = g.exp().to(q.dtype)  # decay from the chunk's start to token i
+        to_end = (g[..., -1:, :] - g).exp().to(q.dtype)  # decay from token j to the chunk's end
+        q_dec, k_dec, k_tail = q * to_start, k * to_start, k * to_end
+        chunk_decay = to_start[..., -1, :].unsqueeze(-1)  # (..., G, 1): decay over the chunk
+
+    # The UT transform: T_ut = (I + tril(diag(beta) A, -1))^{-1} diag(beta). Only the strictly
+    # lower triangle is read, so no mask; diag(beta) on the right scales the columns.
+    T_ut = _unit_lower_inverse(beta.unsqueeze(-1) * _decayed_scores(k, k, decay))
+    T_ut = T_ut * beta.unsqueeze(-2)
+    W, U = T_ut @ k_dec, T_ut @ v
+    P = _decayed_scores(q, k, decay).tril_()
+    return W, U, q_dec, P, k_tail, chunk_decay
+
+
+def _pass_state(W, U, k_tail, chunk_decay, S):
+    """The only sequential part: carry the state across the ``N`` chunks of a group.
+
+    ``W``, ``U``, ``k_tail`` are ``(BH, N, C, .)``, ``S`` is ``(BH, Dk, Dv)``. Per chunk, two
+    batched matrix products (``baddbmm``): ``u = U - W S`` and ``S <- S + K_tail^T u`` (the state
+    decayed first under a gate). Returns the corrections ``u`` written in every chunk
+    ``(BH, N, C, Dv)``, the states entering every chunk ``(BH, N, Dk, Dv)``, and the state after
+    the group.
+    """
+    corrections, starts = [], []
+    k_tail_T = k_tail.transpose(-1, -2)
+    for n in range(W.shape[1]):
+        starts.append(S)
+        u = torch.baddbmm(U[:, n], W[:, n], S, alpha=-1)
+        corrections.append(u)
+        if chunk_decay is not None:
+            S = S * chunk_decay[:, n]
+        S = torch.baddbmm(S, k_tail_T[:, n], u)
+    return torch.stack(corrections, 1), torch.stack(starts, 1), S
+
+
+#: Upper bound on the tensor elements the chunked core works on at once (about 128 MiB of float32
+#: per tensor). Chunks are processed in groups: a group's state-independent work is a few batched
+#: matrix products, its state is then carried across its chunks (the sequential part), and its
+#: outputs are one batched product again. The group size keeps memory bounded for any ``T``.
+_BLOCK_ELEMENTS = 2**25
+
+
+def _group_chunks(x: torch.Tensor, start: int, stop: int, size: int) -> torch.Tensor:
+    """Tokens ``start:stop`` of a ``(B, H, T, ...)`` tensor as ``(B*H, N, size, ...)`` chunks."""
+    B, H = x.shape[:2]
+    return x[:, :, start:stop].reshape(B * H, (stop - start) // size, size, *x.shape[3:])
+
+
 def _chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
     r"""The (gated) delta rule a chunk at a time via the WY representation / UT transform.
 
-    ``log_alpha`` is None or ``(B, H, T, G)`` as in ``_recurrence``. Inside a chunk, with
-    chunk-local cumulative log-decays ``g_i = sum_{s<=i} log_alpha_s`` (so ``exp(g_i)`` is the
-    decay from the chunk's start to token ``i``, and ``g = 0`` without gates), unrolling the
-    recurrence gives
-
-    * ``u_i = beta_i (v_i - (k_i * exp(g_i)) S - sum_{j<i} A_ij u_j)`` with
-      ``A_ij = sum_d k_i[d] k_j[d] exp(g_i[d] - g_j[d])``: solve
-      ``(I + diag(beta) A) [W | U] = diag(beta) [K * exp(g) | V]`` (unit lower triangular),
-      then ``u = U - W S``;
-    * ``o_i = (q_i * exp(g_i)) S + sum_{j<=i} P_ij u_j`` with ``P_ij`` as ``A_ij`` but with
-      ``q_i``;
-    * ``S <- Diag(exp(g_C)) S + sum_j (k_j * exp(g_C - g_j))^T u_j``.
-
-    Every exponent is ``<= 0`` (see ``_pairwise_decay``), so nothing overflows however
-    strong the decay or long the sequence. The last chunk may be shorter than ``chunk_size``.
+    ``log_alpha`` is None or ``(B, H, T, G)`` as in ``_recurrence``; see ``_intra_chunk`` for the
+    algebra. The work is split the way fast kernels split it: everything that does not depend on
+    the incoming state (the ``C x C`` score matrices, the UT transform, the WY factors) is one
+    batch of matrix products over a whole group of chunks; then ``_pass_state`` carries the state
+    across the group's chunks (``T / C`` sequential steps instead of ``T``); then every output of
+    the group comes from ``O = Q_dec S_start + P u`` in one batch. ``T`` need not be a multiple
+    of ``chunk_size``: the last chunk is shorter.
     """
     B, H, T, Dk = q.shape
-    o = q.new_empty(B, H, T, v.shape[-1])
-    for start in range(0, T, chunk_size):
-        c = slice(start, min(start + chunk_size, T))
-        q_c, k_c, v_c, b_c = q[:, :, c], k[:, :, c], v[:, :, c], beta[:, :, c, None]
-        if log_alpha is None:
-            decay = None
-            q_dec, k_dec, k_tail, chunk_decay = q_c, k_c, k_c, None
-        else:
-            la = log_alpha[:, :, c].to(_gate_dtype(q)).clamp_min(_LOG_ALPHA_FLOOR)
-            g = la.cumsum(-2)  # (B, H, C, G), non-increasing, <= 0
-            decay = _pairwise_decay(g, q.dtype)  # (B, H, C, C, G)
-            to_start = g.exp().to(q.dtype)  # decay from the chunk's start to token i
-            to_end = (g[:, :, -1:] - g).exp().to(q.dtype)  # decay from token j to the chunk's end
-            q_dec, k_dec, k_tail = q_c * to_start, k_c * to_start, k_c * to_end
-            chunk_decay = to_start[:, :, -1].unsqueeze(-1)  # (B, H, G, 1): decay over the chunk
+    Dv = v.shape[-1]
+    BH, C = B * H, chunk_size
+    o = q.new_empty(B, H, T, Dv)
+    S = S.reshape(BH, Dk, Dv)
+    G = 1 if log_alpha is None else log_alpha.shape[-1]
+    per_chunk = BH * (C * C * (G + 2) + Dk * Dv + 4 * C * (Dk + Dv))
+    group = max(1, _BLOCK_ELEMENTS // per_chunk) * C  # tokens per group, a multiple of C
 
-        # UT transform: (I + diag(beta) A) X = diag(beta) [K_dec | V]. solve_triangular with
-        # unitriangular=True takes the unit diagonal as given, so the strictly lower part suffices.
-        A = b_c * _decayed_scores(k_c, k_c, decay).tril(-1)
-        rhs = b_c * torch.cat([k_dec, v_c], dim=-1)
-        WU = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
-        W, U = WU.split([Dk, v.shape[-1]], dim=-1)
-
-        u = U - W @ S  # the corrections actually written, given the incoming state
-        P = _decayed_scores(q_c, k_c, decay).tril()
-        o[:, :, c] = q_dec @ S + P @ u
-        if chunk_decay is not None:
-            S = S * chunk_decay
-        S = S + k_tail.transpose(-1, -2) @ u
-    return o, S
+    full = T - T % C
+    spans = [(s, min(s + group, full), C) for s in range(0, full, group)]
+    if full < T:
+        spans.append((full, T, T - full))  # the last, shorter chunk
+    for start, stop, size in spans:
+        q_c, k_c, v_c, b_c = (_group_chunks(x, start, stop, size) for x in (q, k, v, beta))
+        la_c = None if log_alpha is None else _group_chunks(log_alpha, start, stop, size)
+        W, U, q_dec, P, k_tail, chunk_decay = _intra_chunk(q_c, k_c, v_c, b_c, la_c)
+        u, S_start, S = _pass_state(W, U, k_tail, chunk_decay, S)
+        # O = Q_dec S_start + P u, as one batch of (size x Dk) @ (Dk x Dv) products plus P u
+        o_c = torch.baddbmm((P @ u).flatten(0, 1), q_dec.flatten(0, 1), S_start.flatten(0, 1))
+        o[:, :, start:stop] = o_c.reshape(B, H, stop - start, Dv)
+    return o, S.reshape(B, H, Dk, Dv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +345,8 @@ def recurrent(q, k, v, beta, state=None):
     Args:
         q, k: ``(B, H, T, Dk)``, already normalised (the layer L2-normalises them); no scale.
         v: ``(B, H, T, Dv)``.
-        beta: ``(B, H, T)`` write strengths, usually in ``[0, 1]`` (``[0, 2]`` keeps the update
-            a contraction for unit keys).
+        beta: ``(B, H, T)`` write strengths in ``[0, 2]`` (usually ``[0, 1]``, a sigmoid);
+            ``ValueError`` otherwise.
         state: optional ``(B, H, Dk, Dv)`` state from a previous call.
 
     Returns:
@@ -227,6 +354,7 @@ def recurrent(q, k, v, beta, state=None):
         dtype, at least float32).
     """
     _, odt, q, k, v, beta, S = _prepare(q, k, v, beta, state)
+    _check_beta_range(beta)
     o, S = _recurrence(q, k, v, beta, None, S)
     return o.to(odt), S
 
@@ -243,6 +371,7 @@ def chunkwise(q, k, v, beta, chunk_size: int = 64, state=None):
     """
     chunk_size = check_chunk_size(chunk_size)
     _, odt, q, k, v, beta, S = _prepare(q, k, v, beta, state)
+    _check_beta_range(beta)
     o, S = _chunked(q, k, v, beta, None, S, chunk_size)
     return o.to(odt), S
 
@@ -260,7 +389,188 @@ def seed_one_shot(q, k, v, beta, state=None):
         ``(o, S)``.
     """
     _, odt, q, k, v, beta, S0 = _prepare(q, k, v, beta, state)
+    _check_beta_range(beta)
     v_old = k @ S0
     U = beta.unsqueeze(-1) * (v - v_old)
     S = S0 + k.transpose(-1, -2) @ U
     return (q @ S).to(odt), S
+
+
+# ---------------------------------------------------------------------------------------------
+# the chunkwise derivation, piece by piece (chapter 5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _prepare_chunk(k, beta, v=None):
+    """Validate one chunk (or a batch of chunks): ``k (..., C, Dk)``, ``beta (..., C)``,
+    ``v (..., C, Dv)``; cast to the compute dtype (at least float32)."""
+    check_tensor(k, "k")
+    if k.ndim < 2:
+        raise ValueError(f"k must have shape (..., C, Dk), at least 2 dimensions; got {tuple(k.shape)}")
+    check_tensor(beta, "beta")
+    if beta.shape != k.shape[:-1]:
+        raise ValueError(
+            f"beta must have shape (..., C) = {tuple(k.shape[:-1])} to match k; got {tuple(beta.shape)}"
+        )
+    if v is not None:
+        check_tensor(v, "v")
+        if v.ndim != k.ndim or v.shape[:-1] != k.shape[:-1]:
+            raise ValueError(
+                f"v must have shape (..., C, Dv) with (..., C) = {tuple(k.shape[:-1])} to match k; "
+                f"got {tuple(v.shape)}"
+            )
+    dtype = compute_dtype(k, beta, v)
+    _check_beta_range(beta)
+    return k.to(dtype), beta.to(dtype), None if v is None else v.to(dtype)
+
+
+def householder_product(k, beta):
+    r"""The transition matrix of a chunk: ``P = H_C \cdots H_2 H_1`` with ``H_t = I - beta_t k_t^T k_t``.
+
+    Writing a chunk of ``C`` tokens into a state ``S`` gives ``P S + (what the chunk writes into an
+    empty state)``; ``P`` is that product of generalised Householder matrices (true Householder
+    reflections for unit keys and ``beta = 2``). Computed by applying the factors one by one --
+    the definition the WY representation is checked against.
+
+    Args:
+        k: ``(..., C, Dk)`` keys of one chunk (any leading batch dimensions).
+        beta: ``(..., C)`` write strengths in ``[0, 2]``.
+
+    Returns:
+        ``(..., Dk, Dk)``.
+    """
+    k, beta, _ = _prepare_chunk(k, beta)
+    Dk = k.shape[-1]
+    P = torch.eye(Dk, dtype=k.dtype, device=k.device).expand(*k.shape[:-2], Dk, Dk)
+    for t in range(k.shape[-2]):
+        k_t = k[..., t, :]
+        # H_t P = P - beta_t k_t^T (k_t P)
+        P = P - beta[..., t, None, None] * k_t.unsqueeze(-1) * (k_t.unsqueeze(-2) @ P)
+    return P
+
+
+def wy_representation(k, v, beta):
+    r"""The WY factors of a chunk by their defining recursion: ``(W, U)``, each ``(..., C, D)``.
+
+    .. math::
+
+        w_t = \beta_t \Big(k_t - \sum_{j<t} (k_t \cdot k_j)\, w_j\Big), \qquad
+        u_t = \beta_t \Big(v_t - \sum_{j<t} (k_t \cdot k_j)\, u_j\Big),
+
+    so that the chunk's transition is ``householder_product(k, beta) = I - K^T W`` and a chunk
+    entered with state ``S`` leaves it as ``S + K^T (U - W S)``. Token by token, for checking;
+    :func:`ut_transform` gives the same factors from one matrix product.
+    """
+    k, beta, v = _prepare_chunk(k, beta, v)
+    W, U = torch.zeros_like(k), torch.zeros_like(v)
+    for t in range(k.shape[-2]):
+        dots = k[..., :t, :] @ k[..., t, :, None]  # (..., t, 1): k_t . k_j for j < t
+        W[..., t, :] = beta[..., t, None] * (k[..., t, :] - (dots * W[..., :t, :]).sum(-2))
+        U[..., t, :] = beta[..., t, None] * (v[..., t, :] - (dots * U[..., :t, :]).sum(-2))
+    return W, U
+
+
+def ut_transform(k, beta):
+    r"""The UT-transform matrix of a chunk: ``T = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta)``.
+
+    The WY recursions of :func:`wy_representation` are the lower-triangular system
+    ``(I + tril(diag(beta) K K^T, -1)) W = diag(beta) K`` (and the same with ``V``), so
+    ``W = T K`` and ``U = T V``: one ``C x C`` matrix, independent of the values and of the state,
+    turns the chunk's keys and values into its WY factors with two matrix products. Computed the
+    way :func:`chunkwise` computes it (a blockwise unit-triangular inverse).
+
+    Args:
+        k: ``(..., C, Dk)``; beta: ``(..., C)`` in ``[0, 2]``.
+
+    Returns:
+        ``(..., C, C)``, lower triangular.
+    """
+    k, beta, _ = _prepare_chunk(k, beta)
+    return _unit_lower_inverse(beta.unsqueeze(-1) * (k @ k.transpose(-1, -2))) * beta.unsqueeze(-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# a cost model (chapter 5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _inverse_macs(C: int, base: int = 16) -> int:
+    """Multiply-adds of ``_unit_lower_inverse`` on a ``C x C`` matrix (the same recursion)."""
+    if C <= base:
+        return C * C * C // 2  # a triangular solve with C right-hand sides: C^2 / 2 each
+    h = C // 2
+    return _inverse_macs(h, base) + _inverse_macs(C - h, base) + (C - h) * h * h + (C - h) * (C - h) * h
+
+
+def _chunk_macs(c: int, d_k: int, d_v: int) -> tuple[int, int]:
+    """(parallel, sequential) multiply-adds of one chunk of ``c`` tokens in :func:`chunkwise`."""
+    parallel = (
+        2 * c * c * d_k  # the scores K K^T and Q K^T (full products, then masked)
+        + _inverse_macs(c)  # the UT transform
+        + c * c * (d_k + d_v)  # W = T K, U = T V
+        + c * d_k * d_v  # Q S_start
+        + c * c * d_v  # P u
+    )
+    sequential = 2 * c * d_k * d_v  # u = U - W S and S += K^T u, chunk after chunk
+    return parallel, sequential
+
+
+@dataclass(frozen=True)
+class ChunkCost:
+    """FLOPs (2 per multiply-add, matrix products only) and sequential steps of DeltaNet over
+    ``T`` tokens of one head, chunkwise with ``chunk_size`` against token by token."""
+
+    T: int
+    chunk_size: int
+    d_k: int
+    d_v: int
+    parallel_flops: int  #: chunkwise work independent of the incoming state, batched over chunks
+    sequential_flops: int  #: chunkwise work inside the loop over chunks
+    sequential_steps: int  #: chunks, one after another
+    recurrent_flops: int  #: token by token: k S, k^T u and q S per token
+    recurrent_steps: int  #: tokens, one after another
+
+    @property
+    def flops(self) -> int:
+        """All chunkwise FLOPs."""
+        return self.parallel_flops + self.sequential_flops
+
+    @property
+    def flops_ratio(self) -> float:
+        """Chunkwise FLOPs over token-by-token FLOPs (the price paid for parallelism)."""
+        return self.flops / self.recurrent_flops
+
+
+def chunkwise_cost(T: int, chunk_size: int, d_k: int = 64, d_v: int | None = None) -> ChunkCost:
+    r"""Count the work of :func:`chunkwise` against :func:`recurrent` for one head.
+
+    Per chunk of ``C`` tokens the chunkwise form does ``2 C^2 d_k`` (scores) + ``~C^3/3`` (UT
+    transform) + ``C^2 (d_k + d_v)`` (WY factors) + ``C d_k d_v + C^2 d_v`` (outputs) multiply-adds
+    that do not depend on the state, and ``2 C d_k d_v`` inside the sequential loop; the recurrent
+    form does ``3 d_k d_v`` per token, all of it sequential. So per token the chunkwise form pays
+    about ``C (3 d_k + 2 d_v) + C^2 / 3`` extra multiply-adds to turn ``T`` sequential steps into
+    ``T / C``. A model, not a measurement: it counts the matrix products our implementation
+    performs (full ``C x C`` products even where a mask zeroes half) and ignores elementwise work
+    and memory traffic.
+    """
+    T = _check_positive_int(T, "T")
+    chunk_size = check_chunk_size(chunk_size)
+    d_k = _check_positive_int(d_k, "d_k")
+    d_v = d_k if d_v is None else _check_positive_int(d_v, "d_v")
+    n_full, rest = divmod(T, chunk_size)
+    par, seq = (n_full * x for x in _chunk_macs(chunk_size, d_k, d_v))
+    if rest:
+        p_rest, s_rest = _chunk_macs(rest, d_k, d_v)
+        par, seq = par + p_rest, seq + s_rest
+    return ChunkCost(
+        T=T, chunk_size=chunk_size, d_k=d_k, d_v=d_v,
+        parallel_flops=2 * par, sequential_flops=2 * seq,
+        sequential_steps=math.ceil(T / chunk_size),
+        recurrent_flops=2 * 3 * T * d_k * d_v, recurrent_steps=T,
+    )
+
+
+def _check_positive_int(x, name: str) -> int:
+    if isinstance(x, bool) or not hasattr(x, "__index__") or operator.index(x) < 1:
+        raise ValueError(f"{name} must be a positive int, got {x!r}")
+    return operator.index(x)
