@@ -320,3 +320,58 @@ def test_bad_state(state, match):
     for fn in (linear.recurrent, linear.chunkwise):
         with pytest.raises(ValueError, match=match):
             fn(q, k, v, state=state)
+
+
+# --------------------------------------------------------------------------- the decode step
+
+
+@SETTINGS
+@given(shape=shapes, normalize=st.booleans(), seed=st.integers(0, 2**16), inplace=st.booleans())
+def test_decode_steps_equal_recurrent(shape, normalize, seed, inplace):
+    """Token by token through decode_step (copying or in place) equals the recurrence."""
+    B, H, T, Dk, Dv = shape
+    q, k, v = make(*shape, seed=seed)
+    state = make_state(B, H, Dk, Dv, seed=seed + 1)
+    o_ref, (S_ref, z_ref) = linear.recurrent(q, k, v, state=state, normalize=normalize)
+    st_ = (state[0].clone(), state[1].clone())
+    outs = []
+    for t in range(T):
+        o_t, st_ = linear.decode_step(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
+                                      state=st_, normalize=normalize, inplace=inplace)
+        outs.append(o_t)
+    assert_close(torch.cat(outs, dim=2), o_ref)
+    assert_close(st_[0], S_ref)
+    assert_close(st_[1], z_ref)
+
+
+def test_decode_step_inplace_or_not():
+    q, k, v = make(2, 3, 1, 4, 5, seed=4, dtype=torch.float32)
+    S0, z0 = make_state(2, 3, 4, 5, dtype=torch.float32)
+    S_keep, z_keep = S0.clone(), z0.clone()
+    _, (S1, z1) = linear.decode_step(q, k, v, state=(S0, z0))
+    assert torch.equal(S0, S_keep) and torch.equal(z0, z_keep)  # default: the input is untouched
+    _, (S2, z2) = linear.decode_step(q, k, v, state=(S0, z0), inplace=True)
+    assert S2 is S0 and z2 is z0  # updated in place, no new allocation
+    torch.testing.assert_close(S2, S1)
+    torch.testing.assert_close(z2, z1)
+    # a float16 state cannot be updated in place in float32: a new one is returned, still right
+    Sh, zh = S_keep.half(), z_keep.half()
+    _, (S3, _) = linear.decode_step(q, k, v, state=(Sh, zh), inplace=True)
+    assert S3.dtype == torch.float32 and torch.equal(Sh, S_keep.half())
+    torch.testing.assert_close(S3, S1, atol=1e-2, rtol=1e-2)
+    # without a state it starts from zeros
+    o, (S4, z4) = linear.decode_step(q, k, v)
+    torch.testing.assert_close(S4, k.transpose(-1, -2) @ v)
+    torch.testing.assert_close(o, linear.parallel(q, k, v))
+
+
+def test_decode_step_bad_input():
+    q, k, v = make(1, 2, 3, 4, 4)
+    with pytest.raises(ValueError, match="must hold one token"):
+        linear.decode_step(q, k, v)
+    with pytest.raises(ValueError, match="k must have the same shape as q"):
+        linear.decode_step(q[:, :, :1], k[:, :, :1, :3], v[:, :, :1])
+    with pytest.raises(ValueError, match="q must be non-negative"):
+        linear.decode_step(q[:, :, :1] - 3, k[:, :, :1], v[:, :, :1])
+    with pytest.raises(ValueError, match=r"state\[0\] \(S\) must have shape"):
+        linear.decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], state=(torch.zeros(1, 2, 4, 3), torch.zeros(1, 2, 4)))

@@ -26,6 +26,14 @@ __all__ += [  # chapter 7
     "mla_cache", "mla_cache_variants", "moe_routing", "moe_balancing", "routing_counts",
     "param_components",
     "H200_MEMORY_BYTES", "PARAM_SPECS"]
+from .linear import (crossover_n, feature_map_weights, feature_map_weights_data, first_crossing,
+                     generation_totals, measured_crossover, prefill_leak, seed_prefill_leak,
+                     speedup_rows, state_vs_cache, state_vs_cache_counts)
+
+__all__ += [  # chapter 3
+    "prefill_leak", "seed_prefill_leak", "state_vs_cache_counts", "state_vs_cache",
+    "feature_map_weights_data", "feature_map_weights", "first_crossing", "crossover_n",
+    "generation_totals", "speedup_rows", "measured_crossover"]
 from .delta import (chunk_cost, chunkwise_speed, interference_beta, interference_by_position,
                     interference_curves, load_results, n_grid, read_erase_write_stages, speed_rows)
 

@@ -19,6 +19,9 @@ Three forms compute the same thing:
 * :func:`chunkwise` -- the masked parallel form inside chunks of ``chunk_size`` tokens and the
   recurrence between chunks: what fast kernels do.
 
+:func:`decode_step` is the recurrence for one new token with no loop around it -- the O(D^2)
+per-token cost of decoding with a state, which chapter 3 times against a KV cache.
+
 All take ``q, k`` *after* the feature map and apply no hidden ``1/sqrt(D)`` scale (the
 normalising denominator makes such a scale cancel anyway, up to the epsilon).
 
@@ -57,7 +60,7 @@ from .._validate import (
     output_dtype,
 )
 
-__all__ = ["EPS", "elu1", "parallel", "recurrent", "chunkwise", "seed_prefill"]
+__all__ = ["EPS", "elu1", "parallel", "recurrent", "chunkwise", "decode_step", "seed_prefill"]
 
 #: Default epsilon added to the normalising denominator (see the module docstring).
 EPS = 1e-6
@@ -178,6 +181,42 @@ def recurrent(q, k, v, state=None, eps: float = EPS, normalize: bool = True):
         if normalize:
             num = num / ((q_t * z).sum(-1, keepdim=True) + eps)
         o[:, :, t] = num
+    return o.to(odt), (S, z)
+
+
+def decode_step(q_t, k_t, v_t, state=None, eps: float = EPS, normalize: bool = True,
+                inplace: bool = False):
+    """One decode step through the state: :func:`recurrent` for a single token, without the loop.
+
+    ``S <- S + k_t^T v_t``, ``z <- z + k_t``, ``o_t = q_t S / (q_t . z + eps)``. The work and
+    the bytes touched are O(Dk Dv) whatever the context length: the step reads and writes the
+    state, never the past tokens.
+
+    Args:
+        q_t, k_t: ``(B, H, 1, Dk)`` non-negative features. v_t: ``(B, H, 1, Dv)``.
+        state, eps, normalize: as in :func:`recurrent`.
+        inplace: if False (default) the incoming state is left alone and a new one is returned.
+            If True, ``S`` and ``z`` are updated in place when they are contiguous and already in
+            the compute dtype (float32 or float64) -- as a KV cache is written in place, with no
+            new allocation per token. Either way, use the returned state.
+
+    Returns:
+        ``(o_t, (S, z))``: the output ``(B, H, 1, Dv)`` and the updated state.
+    """
+    (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z = _prepare(q_t, k_t, v_t, normalize, eps, state)
+    if T != 1:
+        raise ValueError(f"q_t, k_t and v_t must hold one token, shape (B, H, 1, D); got T={T}")
+    k_col = k.reshape(B * H, 1, Dk).transpose(1, 2)  # (BH, Dk, 1)
+    v_row = v.reshape(B * H, 1, Dv)  # (BH, 1, Dv)
+    if inplace and S.is_contiguous() and z.is_contiguous():
+        S.view(B * H, Dk, Dv).baddbmm_(k_col, v_row)  # S += k^T v, the outer product
+        z.add_(k[:, :, 0])
+    else:
+        S = torch.baddbmm(S.reshape(B * H, Dk, Dv), k_col, v_row).view(B, H, Dk, Dv)
+        z = z + k[:, :, 0]
+    o = q @ S  # (B, H, 1, Dv)
+    if normalize:
+        o = o / (q @ z.unsqueeze(-1) + eps)
     return o.to(odt), (S, z)
 
 

@@ -18,6 +18,9 @@ __all__ = ["Explorer", "explorer",
 from .mla_moe import moe_explorer, routing_explorer
 
 __all__ += ["moe_explorer", "routing_explorer"]  # chapter 7
+from .linear import state_explorer, weights_explorer
+
+__all__ += ["state_explorer", "weights_explorer"]  # chapter 3
 from .delta import chunk_cost_explorer, interference_explorer
 
 __all__ += ["interference_explorer", "chunk_cost_explorer"]  # chapters 4 and 5
