@@ -177,14 +177,16 @@ def test_chunkwise_speed_plots_every_series():
 
 
 def test_load_results(tmp_path, monkeypatch):
-    assert figures.load_results("no_such_benchmark.json", missing_ok=True) is None
+    from gpt2k3 import results
+
+    assert results.load("no_such_benchmark.json", missing_ok=True) is None
     with pytest.raises(FileNotFoundError, match="benchmarks/results/no_such_benchmark.json"):
-        figures.load_results("no_such_benchmark.json")
+        results.load("no_such_benchmark.json")
     target = tmp_path / "benchmarks" / "results"
     target.mkdir(parents=True)
     (target / "fake_chunkwise.json").write_text(json.dumps(_fake_results()))
     monkeypatch.chdir(tmp_path)
-    assert figures.load_results("fake_chunkwise.json")["config"]["H"] == 4
+    assert results.load("fake_chunkwise.json")["config"]["H"] == 4
 
 
 # --------------------------------------------------------------------------- explorers

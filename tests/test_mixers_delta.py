@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fla_oracle import load_naive
 from gpt2k3.mixers import delta
+from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -23,24 +24,6 @@ def make(B, H, T, Dk, Dv, seed=0, dtype=torch.float64, beta_max=2.0):
     v = torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
     beta = beta_max * torch.rand(B, H, T, generator=g, dtype=dtype)
     return q, k, v, beta
-
-
-def make_state(B, H, Dk, Dv, seed=1, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(B, H, Dk, Dv, generator=g, dtype=dtype)
-
-
-def assert_close(a, b, atol=1e-10, rtol=1e-10):
-    torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
-
-
-shapes = st.tuples(
-    st.integers(1, 2),  # B
-    st.integers(1, 3),  # H
-    st.integers(1, 40),  # T
-    st.integers(1, 6),  # Dk
-    st.integers(1, 6),  # Dv
-)
 
 
 # --------------------------------------------------------------------------- the definition

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from fla_oracle import load_naive
 from gpt2k3.mixers import delta, gated_delta
+from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -22,24 +23,6 @@ def make(B, H, T, Dk, Dv, seed=0, dtype=torch.float64, per_channel=False, max_de
     gate_shape = (B, H, T, Dk) if per_channel else (B, H, T)
     log_alpha = -max_decay * torch.rand(gate_shape, generator=g, dtype=dtype)
     return q, k, v, beta, log_alpha
-
-
-def make_state(B, H, Dk, Dv, seed=1, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(B, H, Dk, Dv, generator=g, dtype=dtype)
-
-
-def assert_close(a, b, atol=1e-10, rtol=1e-10):
-    torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
-
-
-shapes = st.tuples(
-    st.integers(1, 2),  # B
-    st.integers(1, 3),  # H
-    st.integers(1, 40),  # T
-    st.integers(1, 6),  # Dk
-    st.integers(1, 6),  # Dv
-)
 
 
 # --------------------------------------------------------------------------- the definition
@@ -333,3 +316,56 @@ def test_bad_chunk_size(chunk_size):
     q, k, v, beta, la = make(1, 1, 5, 3, 2)
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         gated_delta.chunkwise(q, k, v, beta, la, chunk_size=chunk_size)
+
+
+# --------------------------------------------------------------------------- added for chapter 6
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_fla_recurrent_oracle_with_strong_decays(per_channel):
+    """Decays anywhere in [-20, 0] per token, against fla's token-by-token references."""
+    q, k, v, beta, _ = make(2, 2, 70, 16, 8, seed=45, dtype=torch.float32, per_channel=per_channel)
+    g = torch.Generator().manual_seed(46)
+    shape = (2, 2, 70, 16) if per_channel else (2, 2, 70)
+    la = -20.0 * torch.rand(shape, generator=g)
+    S0 = make_state(2, 2, 16, 8, dtype=torch.float32)
+    if per_channel:
+        o_ref, S_ref = load_naive("kda").naive_recurrent_kda(
+            to_fla(q), to_fla(k), to_fla(v), to_fla(la), to_fla(beta),
+            scale=1.0, initial_state=S0, output_final_state=True)
+    else:
+        o_ref, S_ref = load_naive("gated_delta_rule").naive_recurrent_gated_delta_rule(
+            to_fla(q), to_fla(k), to_fla(v), to_fla(beta), to_fla(la),
+            scale=1.0, initial_state=S0, output_final_state=True)
+    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=32, state=S0)
+    torch.testing.assert_close(o, to_fla(o_ref), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_gradients_flow_and_both_forms_agree(per_channel):
+    """The layers train through chunkwise: its gradients are the recurrent form's."""
+    inputs = [x.requires_grad_() for x in make(1, 2, 11, 3, 2, seed=47, per_channel=per_channel,
+                                               max_decay=1.0)]
+    S0 = make_state(1, 2, 3, 2, seed=48).requires_grad_()
+    weights = torch.randn(1, 2, 11, 2, generator=torch.Generator().manual_seed(49), dtype=torch.float64)
+
+    def loss(fn, **kw):
+        o, S = fn(*inputs, state=S0, **kw)
+        return (o * weights).sum() + S.square().sum()
+
+    grads_c = torch.autograd.grad(loss(gated_delta.chunkwise, chunk_size=4), [*inputs, S0])
+    grads_r = torch.autograd.grad(loss(gated_delta.recurrent), [*inputs, S0])
+    for gc, gr in zip(grads_c, grads_r):
+        assert_close(gc, gr)
+    assert torch.autograd.gradcheck(lambda *xs: gated_delta.chunkwise(*xs, chunk_size=4)[0],
+                                    [x.detach().requires_grad_() for x in inputs])
+
+
+def test_low_precision_inputs():
+    """bf16 inputs: outputs come back in bf16, the state in float32, close to a float32 run."""
+    q, k, v, beta, la = make(1, 2, 40, 8, 4, seed=50, dtype=torch.float32, per_channel=True)
+    o32, S32 = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=16)
+    o16, S16 = gated_delta.chunkwise(*(x.bfloat16() for x in (q, k, v, beta, la)), chunk_size=16)
+    assert o16.dtype == torch.bfloat16 and S16.dtype == torch.float32
+    torch.testing.assert_close(o16.float(), o32, atol=0.05, rtol=0.05)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from fla_oracle import load_naive
 from gpt2k3.mixers import linear
+from mixer_testing import assert_close, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -27,19 +28,6 @@ def make_state(B, H, Dk, Dv, seed=1, dtype=torch.float64):
     k0 = linear.elu1(torch.randn(B, H, 5, Dk, generator=g, dtype=dtype))
     v0 = torch.randn(B, H, 5, Dv, generator=g, dtype=dtype)
     return k0.transpose(-1, -2) @ v0, k0.sum(-2)
-
-
-def assert_close(a, b, atol=1e-10, rtol=1e-10):
-    torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
-
-
-shapes = st.tuples(
-    st.integers(1, 2),  # B
-    st.integers(1, 3),  # H
-    st.integers(1, 40),  # T
-    st.integers(1, 6),  # Dk
-    st.integers(1, 6),  # Dv
-)
 
 
 # --------------------------------------------------------------------------- equal forms

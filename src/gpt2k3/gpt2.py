@@ -253,7 +253,7 @@ class GPT(nn.Module):
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
              temperature: float = 1.0, top_k: int | None = None,
-             generator: torch.Generator | None = None, cache_impl: str = "preallocated") -> torch.Tensor:
+             generator: torch.Generator | None = None, cache_impl="preallocated") -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
 
     ``temperature=0`` is greedy decoding (argmax); otherwise the next token is
@@ -266,9 +266,14 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
     Both give the same tokens (greedy) up to float rounding of the logits.
     ``cache_impl="concat"`` uses the seed article's concatenating cache instead of the
     preallocated one (same tokens, more copying; chapter 2 measures the difference).
+    ``cache_impl="state"`` gives every block a fixed-size recurrent state
+    (:class:`gpt2k3.layers.StateCache`), for models built with linear-attention or
+    delta-rule mixers; a callable ``cache_impl(model, batch, max_len)`` may build any
+    other cache (a hybrid one, say).
     """
-    if cache_impl not in ("preallocated", "concat"):
-        raise ValueError(f"cache_impl must be 'preallocated' or 'concat', got {cache_impl!r}")
+    if not (callable(cache_impl) or cache_impl in ("preallocated", "concat", "state")):
+        raise ValueError(f"cache_impl must be 'preallocated', 'concat', 'state' or a callable, "
+                         f"got {cache_impl!r}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
@@ -285,7 +290,13 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
     was_training = model.training
     model.eval()
     cache = None
-    if use_cache and cache_impl == "concat":
+    if use_cache and callable(cache_impl):
+        cache = cache_impl(model, idx.shape[0], total)
+    elif use_cache and cache_impl == "state":
+        from .layers import StateCache
+
+        cache = StateCache(model.config.n_layer)
+    elif use_cache and cache_impl == "concat":
         cache = ConcatKVCache.for_model(model.config, batch=idx.shape[0])
     elif use_cache:
         p = next(model.parameters())

@@ -4,12 +4,15 @@ The chapters never time anything themselves: benchmark scripts write results fil
 and the notebooks read them.  :func:`load` finds a file in a checkout of the book (the
 folder holding ``benchmarks/results`` above the working directory, or above this
 package when it is installed in editable mode); in Colab, where only the package is
-installed, it falls back to the file in the book's repository.
+installed, it falls back to the file in the book's repository.  Anywhere else a missing
+file is an error, or ``None`` with ``missing_ok=True`` (GPU results, say, exist only
+where a GPU ran).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +37,27 @@ def exists(name: str) -> bool:
     return d is not None and (d / name).is_file()
 
 
-def load(name: str) -> Any:
+def load(name: str, missing_ok: bool = False) -> Any:
     """Parsed JSON (``.json``) or text (anything else) of ``benchmarks/results/<name>``."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"name must be a plain file name in benchmarks/results, got {name!r}")
     d = results_dir()
     if d is not None and (d / name).is_file():
         text = (d / name).read_text()
-    else:
+    elif "google.colab" in sys.modules:  # pragma: no cover - only in Colab
+        from urllib.error import HTTPError
         from urllib.request import urlopen
 
         raw = REPO_URL.replace("https://github.com/", "https://raw.githubusercontent.com/")
-        with urlopen(f"{raw}/main/{_SUBDIR.as_posix()}/{name}", timeout=30) as r:  # noqa: S310
-            text = r.read().decode()
+        try:
+            with urlopen(f"{raw}/main/{_SUBDIR.as_posix()}/{name}", timeout=30) as r:  # noqa: S310
+                text = r.read().decode()
+        except HTTPError:
+            if missing_ok:
+                return None
+            raise
+    elif missing_ok:
+        return None
+    else:
+        raise FileNotFoundError(f"benchmarks/results/{name} not found (run the benchmark that writes it)")
     return json.loads(text) if name.endswith(".json") else text

@@ -35,8 +35,8 @@ __all__ += [  # chapter 3
     "feature_map_weights_data", "feature_map_weights", "first_crossing", "crossover_n",
     "generation_totals", "speedup_rows", "measured_crossover"]
 from .delta import (chunk_cost, chunkwise_speed, interference_beta, interference_by_position,
-                    interference_curves, load_results, n_grid, read_erase_write_stages, speed_rows)
+                    interference_curves, n_grid, read_erase_write_stages, speed_rows)
 
 __all__ += [  # chapters 4 and 5
     "n_grid", "interference_curves", "interference_by_position", "interference_beta",
-    "read_erase_write_stages", "chunk_cost", "load_results", "speed_rows", "chunkwise_speed"]
+    "read_erase_write_stages", "chunk_cost", "speed_rows", "chunkwise_speed"]

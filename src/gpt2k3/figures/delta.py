@@ -3,14 +3,12 @@ the cost of the chunkwise form against its chunk size, and the measured speed.
 
 Every slider step is computed here, when the notebook runs, so the figures work in the static
 web book. The numbers come from :mod:`gpt2k3.memory` and :mod:`gpt2k3.mixers.delta`; the measured
-speeds from the JSON files ``benchmarks/chunkwise.py`` writes (:func:`load_results`).
+speeds from the JSON files ``benchmarks/chunkwise.py`` writes (read with :func:`gpt2k3.results.load`).
 """
 
 from __future__ import annotations
 
-import json
 import operator
-from pathlib import Path
 from typing import Sequence
 
 import plotly.graph_objects as go
@@ -18,7 +16,6 @@ import torch
 from plotly.subplots import make_subplots
 
 from .. import memory
-from ..colab import REPO_URL
 from ..mixers.delta import chunkwise_cost
 from ._style import PALETTE, Step, add_slider, style
 
@@ -29,7 +26,6 @@ __all__ = [
     "interference_beta",
     "read_erase_write_stages",
     "chunk_cost",
-    "load_results",
     "speed_rows",
     "chunkwise_speed",
 ]
@@ -388,36 +384,6 @@ def chunk_cost(T: int = 4096, ds: Sequence[int] = (32, 64, 128, 256),
 
 
 # --------------------------------------------------------------------------- chapter 5: measured
-
-
-def load_results(name: str, missing_ok: bool = False) -> dict | None:
-    """Read ``benchmarks/results/<name>`` (a JSON file written by a benchmark script).
-
-    Looked up in the repository this package was installed from (an editable install), then
-    under the current directory and its parent. In Colab, where only the package is installed,
-    the file is fetched from the book's repository. ``missing_ok=True`` returns None for a file
-    nobody has produced yet (e.g. GPU results on a machine without a GPU).
-    """
-    rel = Path("benchmarks") / "results" / name
-    candidates = [Path(__file__).resolve().parents[3] / rel, Path.cwd() / rel, Path.cwd().parent / rel]
-    for path in candidates:
-        if path.is_file():
-            return json.loads(path.read_text())
-    import sys
-
-    if "google.colab" in sys.modules:  # pragma: no cover - only in Colab
-        import urllib.error
-        import urllib.request
-
-        raw = REPO_URL.replace("github.com", "raw.githubusercontent.com") + "/main/" + rel.as_posix()
-        try:
-            with urllib.request.urlopen(raw, timeout=30) as r:
-                return json.loads(r.read())
-        except urllib.error.HTTPError:
-            pass
-    if missing_ok:
-        return None
-    raise FileNotFoundError(f"no {rel} (run the benchmark that writes it: see benchmarks/)")
 
 
 def speed_rows(results: dict, sweep: str = "T") -> list[dict]:
