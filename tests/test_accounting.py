@@ -402,3 +402,163 @@ def test_moe_explorer_keeps_top_k_within_the_experts_and_redraws():
     assert "1,048,576-token" in box.current.layout.title.text
     with pytest.raises(ValueError, match="MoE"):
         moe_explorer(GPT2_SMALL)
+
+
+# ----------------------------------------------------------------------------- chapter 8:
+# hardware, serving memory, the roofline and serving plans
+import math  # noqa: E402
+
+from gpt2k3.archs import GPT2_XL  # noqa: E402
+from gpt2k3.accounting import (  # noqa: E402
+    H200,
+    Hardware,
+    ServingPlan,
+    devices_needed,
+    max_batch,
+    memory_per_sequence,
+    plan_roofline,
+    roofline,
+    serving_memory,
+    serving_plan,
+    weights_read_per_step,
+)
+
+
+def test_h200_reference_figures():
+    assert (H200.memory_bytes, H200.bandwidth, H200.peak_flops) == (141e9, 4.5e12, 790e12)
+    assert H200.ridge == pytest.approx(790 / 4.5)
+    assert H200.per_machine == 8 and "datasheet" in H200.source
+    for bad in (dict(memory_bytes=0), dict(bandwidth=-1.0), dict(peak_flops=float("inf")),
+                dict(per_machine=0)):
+        field = next(iter(bad))
+        with pytest.raises(ValueError, match=field):
+            Hardware(**{"name": "x", "memory_bytes": 1.0, "bandwidth": 1.0, "peak_flops": 1.0,
+                        **bad})
+
+
+def test_decode_bytes_state_dtype_defaults_to_the_cache_format():
+    s = KIMI_LINEAR_48B
+    base = decode_bytes_per_token(s, 1000)
+    assert decode_bytes_per_token(s, 1000, state_dtype_bytes=2) == base
+    assert decode_bytes_per_token(s, 1000, state_dtype_bytes=4) - base == pytest.approx(
+        2 * state_bytes(s, 1, 2))  # read and written: twice the extra bytes of a float32 state
+    with pytest.raises(ValueError, match="state_dtype_bytes"):
+        decode_bytes_per_token(s, 1000, state_dtype_bytes=0)
+
+
+def test_weights_read_per_step_is_the_weight_part_of_the_decode_bytes():
+    for spec in (GPT2_SMALL, DEEPSEEK_V3, KIMI_LINEAR_48B):
+        for b in (1, 7, 300):
+            weights = weights_read_per_step(spec, b)
+            assert decode_bytes_per_token(spec, 0, b, state_dtype_bytes=1) == pytest.approx(
+                weights * 2 / b + 2 * state_bytes(spec, 1, 1))
+    with pytest.raises(ValueError, match="batch"):
+        weights_read_per_step(GPT2_SMALL, 0)
+
+
+def test_serving_memory_and_devices_needed():
+    s, n, b = KIMI_LINEAR_48B, 1 << 17, 6
+    m = serving_memory(s, n, b, weight_bytes=1, cache_bytes=2, state_dtype_bytes=4)
+    assert m["weights"] == count_params(s).total
+    assert m["cache"] == kv_cache_bytes(s, n, b, 2) and m["state"] == state_bytes(s, b, 4)
+    assert m["total"] == m["weights"] + m["cache"] + m["state"]
+    assert memory_per_sequence(s, n) == kv_cache_bytes(s, n) + state_bytes(s, 1, 4)
+    k = devices_needed(s, n, b, weight_bytes=1)
+    assert (k - 1) * H200.memory_bytes < m["total"] <= k * H200.memory_bytes
+    assert devices_needed(GPT2_SMALL, 10) == 1
+
+
+@pytest.mark.parametrize("spec, n", [(KIMI_LINEAR_48B, 1 << 20), (KIMI_LINEAR_48B, 4096),
+                                     (DEEPSEEK_V3.with_(n_layer=8, first_k_dense=1), 32768)],
+                         ids=["kimi-1M", "kimi-4K", "small-v3"])
+def test_max_batch_is_the_last_batch_that_fits(spec, n):
+    for devices in (1, 3):
+        b = max_batch(spec, n, n_devices=devices)
+        cap = devices * H200.memory_bytes
+        if b == 0:  # the weights alone do not fit
+            assert serving_memory(spec, n, 0)["weights"] > cap - memory_per_sequence(spec, n)
+            continue
+        assert serving_memory(spec, n, b)["total"] <= cap < serving_memory(spec, n, b + 1)["total"]
+    assert max_batch(DEEPSEEK_V3, 10) == 0  # 1.3 TB of bf16 weights do not fit in 141 GB
+    with pytest.raises(ValueError, match="context_len"):
+        max_batch(GPT2_SMALL, 0)
+    with pytest.raises(ValueError, match="n_devices"):
+        max_batch(GPT2_SMALL, 10, n_devices=0)
+
+
+def test_roofline_is_the_larger_of_bytes_and_flops():
+    s = KIMI_LINEAR_48B
+    r = roofline(s, 1 << 20, batch=4)
+    assert r.bytes_per_step == pytest.approx(4 * decode_bytes_per_token(s, 1 << 20, 4,
+                                                                        state_dtype_bytes=4))
+    assert r.flops_per_step == 4 * flops_per_token(s, 1 << 20)
+    assert r.memory_s == r.bytes_per_step / H200.bandwidth
+    assert r.compute_s == r.flops_per_step / H200.peak_flops
+    assert r.step_s == max(r.memory_s, r.compute_s) and r.per_token_s == r.step_s / 4
+    assert r.bound == "memory" and r.intensity < H200.ridge
+    two = roofline(s, 1 << 20, batch=4, n_devices=2)
+    assert two.step_s == pytest.approx(r.step_s / 2)
+    # a dense model at a huge batch and a short context is limited by compute
+    big = roofline(GPT2_XL, 16, batch=4096)
+    assert big.bound == "compute" and big.intensity > H200.ridge
+    with pytest.raises(ValueError, match="hardware"):
+        roofline(s, 10, hardware="H200")
+    with pytest.raises(ValueError, match="n_devices"):
+        roofline(s, 10, n_devices=0)
+
+
+def test_serving_plan_is_the_smallest_layout_that_fits():
+    s = DEEPSEEK_V3
+    for tp, wb in ((1, 2), (8, 1)):
+        plan = serving_plan(s, 32768, 16, tp=tp, weight_bytes=wb)
+        assert isinstance(plan, ServingPlan) and plan.n_devices % tp == 0
+        assert plan.per_device["total"] <= H200.memory_bytes
+        assert plan.ep == plan.n_devices and plan.dp * tp == plan.n_devices
+        assert plan.machines == math.ceil(plan.n_devices / 8)
+        assert plan.experts_per_device == math.ceil(256 / plan.n_devices)
+        assert plan.per_device["total"] == pytest.approx(sum(
+            v for k, v in plan.per_device.items() if k != "total"))
+        if plan.n_devices > tp:  # tp devices fewer do not fit
+            assert serving_plan(s, 32768, 16, tp=tp, weight_bytes=wb,
+                                max_devices=plan.n_devices - tp) is None
+        assert plan.n_devices >= devices_needed(s, 32768, 16, weight_bytes=wb)
+
+
+def test_serving_plan_keeps_an_mla_latent_whole_on_every_tensor_parallel_rank():
+    mla = KIMI_LINEAR_48B.with_(kda_layers=())
+    mha = mla.with_(attention="mha", d_head=128)
+    for spec in (mla, mha):
+        one = serving_plan(spec, 4096, 1, tp=1).per_device["cache"]
+        eight = serving_plan(spec, 4096, 1, tp=8).per_device["cache"]
+        assert one == kv_cache_bytes(spec, 4096)
+        assert eight == (one if spec.attention == "mla" else one / 8)
+    # a single sequence whose cache outgrows a device has no plan
+    assert serving_plan(DEEPSEEK_V3, 1 << 22, 1, tp=8) is None
+    with pytest.raises(ValueError, match="tp"):
+        serving_plan(GPT2_SMALL, 10, tp=16)
+    with pytest.raises(ValueError, match="batch"):
+        serving_plan(GPT2_SMALL, 10, batch=0)
+
+
+def test_plan_roofline_on_one_device_is_the_roofline():
+    for spec, n, b in ((KIMI_LINEAR_48B, 8192, 4), (GPT2_XL, 1024, 32)):
+        plan = serving_plan(spec, n, b)
+        assert plan.n_devices == 1
+        got, want = plan_roofline(spec, plan, n, b), roofline(spec, n, b)
+        assert got.bytes_per_step == pytest.approx(want.bytes_per_step, rel=1e-12)
+        assert got.flops_per_step == pytest.approx(want.flops_per_step, rel=1e-12)
+
+
+def test_plan_roofline_is_set_by_the_busiest_device():
+    s = DEEPSEEK_V3
+    plan = serving_plan(s, 1 << 17, 1, tp=8)
+    busy, ideal = plan_roofline(s, plan, 1 << 17, 1), roofline(s, 1 << 17, 1,
+                                                               n_devices=plan.n_devices)
+    # at batch 1 one group works and a token's 8 experts sit on a few devices: far from ideal
+    assert busy.step_s > 2 * ideal.step_s
+    # the busiest device reads at least the whole latent cache and its share of shared weights
+    c = count_params(s)
+    shared = (c.total - c.detail["routed experts"]) * 2 / 8
+    assert busy.bytes_per_step > kv_cache_bytes(s, 1 << 17) + 0.9 * shared
+    with pytest.raises(ValueError, match="plan"):
+        plan_roofline(s, None, 10, 1)

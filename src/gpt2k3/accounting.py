@@ -41,6 +41,14 @@ is what :func:`decode_bytes_per_token` and :func:`flops_per_token` use
 DeepSeek-V3's router also carries a per-expert bias (``e_score_correction_bias``, auxiliary-loss-
 free balancing).  It is updated by a rule, not by gradients, and Hugging Face stores it as a
 buffer, not a parameter; it is not counted here (256 numbers per MoE layer).
+
+Hardware, memory and time (chapter 8)
+-------------------------------------
+:class:`Hardware` describes an accelerator (:data:`H200` holds the book's reference figures).
+:func:`serving_memory`, :func:`devices_needed` and :func:`max_batch` say what fits;
+:func:`roofline` turns bytes and FLOPs into a lower bound on the time of a decode step;
+:func:`serving_plan` lays a model out over devices by tensor and expert parallelism, and
+:func:`plan_roofline` times a step by the plan's busiest device.
 """
 
 from __future__ import annotations
@@ -53,6 +61,10 @@ __all__ = [
     "kv_numbers_per_token", "state_bytes", "state_numbers_per_layer", "decode_bytes_per_token",
     "flops_per_token", "mla_decode_costs", "hybrid_layers", "COMPONENTS", "DETAIL_COMPONENTS",
     "ATTENTION_KINDS",
+    # chapter 8: hardware, memory, the roofline and serving plans
+    "weights_read_per_step", "Hardware", "H200", "memory_per_sequence", "serving_memory",
+    "devices_needed", "max_batch", "Roofline", "roofline", "ServingPlan", "serving_plan",
+    "plan_roofline",
 ]
 
 #: Names of the breakdown entries, in reading order (input to output).  ``"attention"`` holds
@@ -489,30 +501,15 @@ def _expected_distinct_experts(n_experts: int, top_k: int, batch: int) -> float:
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** batch)
 
 
-def decode_bytes_per_token(spec: ArchSpec, context_len: int, batch: int = 1,
-                           weight_bytes: float = 2, cache_bytes: float = 2) -> float:
-    """Bytes moved between memory and the processor per decoded token, for a batch of
-    ``batch`` sequences each at ``context_len`` cached positions.
-
-    One decode step reads the weights it needs **once for the whole batch**, and, for every
-    sequence, its whole KV cache; linear-state layers read and write their state.  Per token::
-
-        weights_read(batch) * weight_bytes / batch
-        + kv_cache_bytes(spec, context_len, 1, cache_bytes)
-        + 2 * state_bytes(spec, 1, cache_bytes)
-
-    ``weights_read`` is every parameter except the embedding tables (only ``batch`` rows are
-    read; a tied head still reads the whole table) and the routed experts nobody picked.  With
-    ``batch`` tokens per MoE layer the experts touched are taken as the expected number of
-    distinct experts under uniform, independent routing, ``E (1 - (1 - k/E)^batch)``: ``k`` at
-    batch 1, all ``E`` for large batches.  Real routing is correlated, so this is a model, not a
-    measurement.  Activations and the cache write of the new token are ignored.
-    """
-    _check_nonneg_int("context_len", context_len)
+def weights_read_per_step(spec: ArchSpec, batch: int = 1) -> float:
+    """Parameters one decode step of ``batch`` sequences reads from memory (see
+    :func:`decode_bytes_per_token`): every parameter except the embedding tables (``batch``
+    rows of each are read; a tied head still reads the whole token table) and the routed
+    experts no token picked -- the expected number of distinct experts under uniform,
+    independent routing, ``E (1 - (1 - k/E)^batch)`` per MoE layer.  A float, because that
+    expectation is not whole."""
     if not _is_int(batch) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
-    _check_positive_number("weight_bytes", weight_bytes)
-    _check_positive_number("cache_bytes", cache_bytes)
     c = count_params(spec)
     d = spec.d_model
     expert = 3 * d * spec.d_expert
@@ -524,8 +521,44 @@ def decode_bytes_per_token(spec: ArchSpec, context_len: int, batch: int = 1,
     weights += c.detail["token embeddings"] if spec.tied_embeddings else batch * d
     if spec.position == "learned" and spec.max_positions:
         weights += batch * d
+    return weights
+
+
+def decode_bytes_per_token(spec: ArchSpec, context_len: int, batch: int = 1,
+                           weight_bytes: float = 2, cache_bytes: float = 2,
+                           state_dtype_bytes: float | None = None) -> float:
+    """Bytes moved between memory and the processor per decoded token, for a batch of
+    ``batch`` sequences each at ``context_len`` cached positions.
+
+    One decode step reads the weights it needs **once for the whole batch**, and, for every
+    sequence, its whole KV cache; linear-state layers read and write their state.  Per token::
+
+        weights_read(batch) * weight_bytes / batch
+        + kv_cache_bytes(spec, context_len, 1, cache_bytes)
+        + 2 * state_bytes(spec, 1, state_dtype_bytes)
+
+    (``state_dtype_bytes`` defaults to ``cache_bytes``; recurrent kernels usually keep the
+    state in float32, 4 bytes.)
+
+    ``weights_read`` (:func:`weights_read_per_step`) is every parameter except the embedding
+    tables (only ``batch`` rows are read; a tied head still reads the whole table) and the
+    routed experts nobody picked.  With ``batch`` tokens per MoE layer the experts touched are
+    taken as the expected number of distinct experts under uniform, independent routing,
+    ``E (1 - (1 - k/E)^batch)``: ``k`` at batch 1, all ``E`` for large batches.  Real routing
+    is correlated, so this is a model, not a measurement.  Activations and the cache write of
+    the new token are ignored.
+    """
+    _check_nonneg_int("context_len", context_len)
+    if not _is_int(batch) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    _check_positive_number("weight_bytes", weight_bytes)
+    _check_positive_number("cache_bytes", cache_bytes)
+    if state_dtype_bytes is None:
+        state_dtype_bytes = cache_bytes
+    _check_positive_number("state_dtype_bytes", state_dtype_bytes)
+    weights = weights_read_per_step(spec, batch)
     per_sequence = (kv_cache_bytes(spec, context_len, 1, cache_bytes)
-                    + 2 * state_bytes(spec, 1, cache_bytes))
+                    + 2 * state_bytes(spec, 1, state_dtype_bytes))
     return weights * weight_bytes / batch + per_sequence
 
 
@@ -584,3 +617,331 @@ def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True)
     return (2 * count_params(spec).matmul_active
             + spec.n_attention_layers * per_position * context_len
             + spec.n_kda_layers * state)
+
+
+# ---------------------------------------------------------------------------- hardware and serving
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator, as the roofline and the memory plan see it.
+
+    ``memory_bytes``: its memory; ``bandwidth``: bytes per second it reads while decoding;
+    ``peak_flops``: dense matmul FLOP/s in the format the weights are multiplied in;
+    ``per_machine``: how many sit in one machine behind a fast interconnect (the most a
+    tensor-parallel group spans).
+    """
+
+    name: str
+    memory_bytes: float
+    bandwidth: float
+    peak_flops: float
+    per_machine: int = 8
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        for name in ("memory_bytes", "bandwidth", "peak_flops"):
+            _check_positive_number(name, getattr(self, name))
+        if not _is_int(self.per_machine) or self.per_machine < 1:
+            raise ValueError(f"per_machine must be a positive int, got {self.per_machine!r}")
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte at which a kernel is as limited by compute as by bandwidth."""
+        return self.peak_flops / self.bandwidth
+
+
+#: An NVIDIA H200 with the reference figures of the book's design notes: the nominal 141 GB
+#: of HBM3e (NVIDIA's datasheet; less is usable once the runtime takes its share), the
+#: ~4.5 TB/s that one decode step of softmax attention over a million-token bf16 KV cache was
+#: measured to read at (the datasheet says 4.8 TB/s), the ~790 TFLOP/s measured for a bf16
+#: dense matmul (datasheet: 989), and eight to a machine (an HGX H200 board, NVLink inside).
+H200 = Hardware(name="NVIDIA H200", memory_bytes=141e9, bandwidth=4.5e12, peak_flops=790e12,
+                per_machine=8,
+                source=("141 GB: NVIDIA H200 datasheet (nominal). 4.5 TB/s decode read and "
+                        "790 TFLOP/s bf16 dense: measured on an H200 (design notes, section 7)."))
+
+
+def _check_hardware(hardware) -> None:
+    if not isinstance(hardware, Hardware):
+        raise ValueError(f"hardware must be a Hardware, got {type(hardware).__name__}")
+
+
+def memory_per_sequence(spec: ArchSpec, context_len: int, cache_bytes: float = 2,
+                        state_dtype_bytes: float = 4) -> float:
+    """Bytes one sequence keeps between decode steps: its KV cache at ``context_len`` tokens
+    (:func:`kv_cache_bytes`) plus the fixed state of the linear-attention layers
+    (:func:`state_bytes`, float32 by default)."""
+    return (kv_cache_bytes(spec, context_len, 1, cache_bytes)
+            + state_bytes(spec, 1, state_dtype_bytes))
+
+
+def serving_memory(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes: float = 2,
+                   cache_bytes: float = 2, state_dtype_bytes: float = 4) -> dict[str, float]:
+    """Bytes that must sit in accelerator memory to decode ``batch`` sequences of
+    ``context_len`` tokens: ``{"weights", "cache", "state", "total"}``.
+
+    Every parameter is stored in the weight format (a real quantized checkpoint keeps a few
+    tensors -- norms, the router, sometimes the embeddings -- wider, and adds scales);
+    activations, workspace and the runtime's own reserve are not counted.
+    """
+    _check_nonneg_int("batch", batch)
+    _check_positive_number("weight_bytes", weight_bytes)
+    weights = count_params(spec).total * weight_bytes
+    cache = kv_cache_bytes(spec, context_len, batch, cache_bytes)
+    state = state_bytes(spec, batch, state_dtype_bytes)
+    return {"weights": weights, "cache": cache, "state": state, "total": weights + cache + state}
+
+
+def devices_needed(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
+                   weight_bytes: float = 2, cache_bytes: float = 2,
+                   state_dtype_bytes: float = 4) -> int:
+    """The fewest devices whose pooled memory holds the weights and every sequence's cache
+    and state (:func:`serving_memory`): a lower bound that assumes every byte can go
+    anywhere.  :func:`serving_plan` lays the same bytes out by tensor and expert parallelism,
+    which can need more."""
+    hardware = H200 if hardware is None else hardware
+    _check_hardware(hardware)
+    total = serving_memory(spec, context_len, batch, weight_bytes, cache_bytes,
+                           state_dtype_bytes)["total"]
+    return max(1, math.ceil(total / hardware.memory_bytes))
+
+
+def max_batch(spec: ArchSpec, context_len: int, hardware: Hardware = None, n_devices: int = 1,
+              weight_bytes: float = 2, cache_bytes: float = 2, state_dtype_bytes: float = 4) -> int:
+    """The most sequences of ``context_len`` tokens whose caches and states fit beside the
+    weights in the pooled memory of ``n_devices`` devices (0 when the weights alone do not
+    fit): the *memory-limited batch*."""
+    hardware = H200 if hardware is None else hardware
+    _check_hardware(hardware)
+    if not _is_int(n_devices) or n_devices < 1:
+        raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
+    if not _is_int(context_len) or context_len < 1:
+        raise ValueError(f"context_len must be a positive int, got {context_len!r}")
+    free = n_devices * hardware.memory_bytes - serving_memory(
+        spec, context_len, 0, weight_bytes, cache_bytes, state_dtype_bytes)["weights"]
+    per_sequence = memory_per_sequence(spec, context_len, cache_bytes, state_dtype_bytes)
+    return max(0, int(free // per_sequence))
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What the roofline model predicts for one decode step (see :func:`roofline`).
+
+    ``bytes_per_step`` and ``flops_per_step`` are for the whole batch; ``memory_s`` and
+    ``compute_s`` the times to move and to compute them on ``n_devices`` devices working in
+    perfect parallel.  The step takes the larger of the two.
+    """
+
+    batch: int
+    n_devices: int
+    bytes_per_step: float
+    flops_per_step: float
+    memory_s: float
+    compute_s: float
+
+    @property
+    def step_s(self) -> float:
+        """Seconds per decode step: every sequence of the batch gains one token."""
+        return max(self.memory_s, self.compute_s)
+
+    @property
+    def per_token_s(self) -> float:
+        """Seconds per output token over the whole batch (the inverse of throughput)."""
+        return self.step_s / self.batch
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_s >= self.compute_s else "compute"
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved; compare with :attr:`Hardware.ridge`."""
+        return self.flops_per_step / self.bytes_per_step
+
+
+def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
+             n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
+             state_dtype_bytes: float = 4, mla_absorbed: bool = True) -> Roofline:
+    """The roofline of one decode step: ``batch`` sequences at ``context_len`` cached tokens.
+
+    Time is the larger of bytes moved over bandwidth and FLOPs over peak::
+
+        t = max(batch * decode_bytes_per_token(...) / (n * bandwidth),
+                batch * flops_per_token(...) / (n * peak_flops))
+
+    The weights a step needs are read once for the whole batch, caches and states once per
+    sequence (:func:`decode_bytes_per_token`); every token does its own FLOPs
+    (:func:`flops_per_token`).  Matmuls run at ``peak_flops`` whatever the weight format
+    (weight-only quantization: weights are stored narrow and multiplied in bf16).  ``n``
+    devices split bytes and FLOPs evenly and never wait for each other: communication
+    (all-to-all for the experts, all-reduce for tensor parallelism), kernel launches and
+    imperfect overlap are left out, so the prediction is a lower bound on the time.
+    """
+    hardware = H200 if hardware is None else hardware
+    _check_hardware(hardware)
+    if not _is_int(n_devices) or n_devices < 1:
+        raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
+    per_token = decode_bytes_per_token(spec, context_len, batch, weight_bytes, cache_bytes,
+                                       state_dtype_bytes)
+    moved = per_token * batch
+    flops = flops_per_token(spec, context_len, mla_absorbed) * batch
+    return Roofline(batch=batch, n_devices=n_devices, bytes_per_step=moved, flops_per_step=flops,
+                    memory_s=moved / (n_devices * hardware.bandwidth),
+                    compute_s=flops / (n_devices * hardware.peak_flops))
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    """A layout of one model over ``n_devices`` devices (see :func:`serving_plan`).
+
+    ``per_device`` holds the bytes on the fullest device: ``"shared weights"`` (everything
+    but the routed experts, split ``tp`` ways), ``"routed experts"`` (``experts_per_device``
+    of every MoE layer), ``"cache"`` and ``"state"`` (its sequences), and ``"total"``.
+    """
+
+    n_devices: int
+    tp: int
+    machines: int
+    experts_per_device: int
+    sequences_per_group: int
+    per_device: dict[str, float]
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree: the routed experts are spread over every device."""
+        return self.n_devices
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel groups: each holds its own share of the sequences."""
+        return self.n_devices // self.tp
+
+
+def _plan_sizes(spec: ArchSpec, context_len: int, tp: int, wb: float, cb: float,
+                sb: float) -> tuple[float, float, float, float]:
+    """(shared weights per device, bytes of one routed expert in every MoE layer, cache and
+    state of one sequence per device) for tensor-parallel degree ``tp``."""
+    c = count_params(spec)
+    shared = (c.total - c.detail["routed experts"]) * wb / tp
+    expert_layers = spec.n_moe_layers * 3 * spec.d_model * spec.d_expert * wb
+    # An MLA latent belongs to the token, not to a head: every rank of a tensor-parallel group
+    # keeps all of it.  MHA/GQA caches and KDA states split by head.
+    if spec.attention == "mla":
+        cache_share = 1.0
+    else:
+        cache_share = math.ceil(spec.kv_heads / tp) / spec.kv_heads
+    state_share = (math.ceil(spec.kda_n_head / tp) / spec.kda_n_head) if spec.kda_layers else 0.0
+    cache = kv_cache_bytes(spec, context_len, 1, cb) * cache_share
+    state = state_bytes(spec, 1, sb) * state_share
+    return shared, expert_layers, cache, state
+
+
+def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
+                 tp: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
+                 state_dtype_bytes: float = 4, max_devices: int = 8192) -> ServingPlan | None:
+    """The fewest devices (a multiple of ``tp``) that hold ``spec`` and ``batch`` sequences
+    of ``context_len`` tokens under tensor and expert parallelism, planned on paper.
+
+    The plan, in the style of DeepSeek-V3's and Kimi K2's serving:
+
+    * **expert parallelism** over all ``n`` devices: each holds ``ceil(E / n)`` routed experts
+      of every MoE layer, and each token's ``top_k`` experts are reached by all-to-all;
+    * **tensor parallelism** of degree ``tp`` (at most one machine) for everything else --
+      embeddings, attention and KDA layers, dense MLPs, routers, shared experts, head --
+      split ``tp`` ways and replicated in each of the ``n / tp`` data-parallel groups;
+    * the sequences are shared out over the groups.  Inside a group, MHA/GQA caches and KDA
+      states split by head, but an MLA latent is per token, so every rank of the group keeps
+      it whole: tensor parallelism multiplies MLA's cache by ``tp``, which is why ``tp=1``
+      (data-parallel attention) suits MLA.
+
+    Returns ``None`` if nothing up to ``max_devices`` fits (a single sequence's cache can
+    outgrow one device).  Only memory is planned; :func:`roofline` gives the time.
+    """
+    hardware = H200 if hardware is None else hardware
+    _check_hardware(hardware)
+    _check_nonneg_int("context_len", context_len)
+    if not _is_int(batch) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    if not _is_int(tp) or not 1 <= tp <= hardware.per_machine:
+        raise ValueError(f"tp must be an int in [1, per_machine={hardware.per_machine}] (tensor "
+                         f"parallelism stays inside one machine), got {tp!r}")
+    for name, value in (("weight_bytes", weight_bytes), ("cache_bytes", cache_bytes),
+                        ("state_dtype_bytes", state_dtype_bytes)):
+        _check_positive_number(name, value)
+    if not _is_int(max_devices) or max_devices < tp:
+        raise ValueError(f"max_devices must be an int >= tp, got {max_devices!r}")
+    shared, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes,
+                                                      cache_bytes, state_dtype_bytes)
+
+    def layout(n: int) -> ServingPlan:
+        experts = math.ceil(spec.n_routed_experts / n) if spec.is_moe else 0
+        seqs = math.ceil(batch / (n // tp))
+        per_device = {"shared weights": shared, "routed experts": experts * expert_layers,
+                      "cache": seqs * cache, "state": seqs * state}
+        per_device["total"] = sum(per_device.values())
+        return ServingPlan(n_devices=n, tp=tp, machines=math.ceil(n / hardware.per_machine),
+                           experts_per_device=experts, sequences_per_group=seqs,
+                           per_device=per_device)
+
+    # The bytes on the fullest device never grow as devices are added: search the multiples
+    # of tp for the first that fits, if the largest allowed does.
+    fits = lambda k: layout(k * tp).per_device["total"] <= hardware.memory_bytes  # noqa: E731
+    lo, hi = 1, max_devices // tp
+    if not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return layout(lo * tp)
+
+
+def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: int,
+                  hardware: Hardware = None, weight_bytes: float = 2, cache_bytes: float = 2,
+                  state_dtype_bytes: float = 4, mla_absorbed: bool = True) -> Roofline:
+    """The roofline of one decode step on a :class:`ServingPlan`, set by its busiest device.
+
+    :func:`roofline` with ``n_devices`` splits every byte and FLOP evenly, which a real layout
+    cannot do: a sequence's cache lives in one data-parallel group, an MLA latent is read
+    whole by every rank of its group, and a token's experts sit on a few devices.  Here the
+    device that serves the fullest group (``plan.sequences_per_group`` sequences) reads
+
+    * its ``1/tp`` share of the shared weights those sequences need,
+    * its experts that any of the ``batch`` tokens picked (uniform, independent routing: each
+      of its ``ceil(E/n)`` experts per layer with probability ``1 - (1 - k/E)^batch``),
+    * the caches and states of its group's sequences (an MLA latent whole, MHA/GQA caches and
+      KDA states by head),
+
+    and does the matching FLOPs (attention split by head).  The returned :class:`Roofline`
+    describes that device (``n_devices=1``); its ``step_s`` is the step time of the whole
+    deployment and ``per_token_s`` divides it by ``batch``.  Communication is still ignored.
+    """
+    hardware = H200 if hardware is None else hardware
+    _check_hardware(hardware)
+    if not isinstance(plan, ServingPlan):
+        raise ValueError(f"plan must be a ServingPlan, got {type(plan).__name__}")
+    if not _is_int(batch) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    tp, n = plan.tp, plan.n_devices
+    seqs = min(plan.sequences_per_group, batch)
+    _, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes, cache_bytes,
+                                                 state_dtype_bytes)
+    c = count_params(spec)
+    expert = 3 * spec.d_model * spec.d_expert
+    touched_all = (_expected_distinct_experts(spec.n_routed_experts, spec.top_k, seqs)
+                   if spec.is_moe else 0.0)
+    shared_read = weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
+    picked = 1 - (1 - spec.top_k / spec.n_routed_experts) ** batch if spec.is_moe else 0.0
+    experts_read = plan.experts_per_device * picked * expert_layers
+    moved = shared_read * weight_bytes / tp + experts_read + seqs * (cache + 2 * state)
+    # FLOPs: the group's tokens through the shared matmuls (split tp ways), the device's share
+    # of all tokens' expert work, and attention / state updates split by head.
+    routed_active = c.active_detail["routed experts"]
+    shared_flops = 2 * seqs * (c.matmul_active - routed_active) / tp
+    expert_flops = (2 * batch * routed_active * plan.experts_per_device / spec.n_routed_experts
+                    if spec.is_moe else 0.0)
+    mixing = flops_per_token(spec, context_len, mla_absorbed) - 2 * c.matmul_active
+    flops = shared_flops + expert_flops + seqs * mixing / tp
+    return Roofline(batch=batch, n_devices=1, bytes_per_step=moved, flops_per_step=flops,
+                    memory_s=moved / hardware.bandwidth, compute_s=flops / hardware.peak_flops)

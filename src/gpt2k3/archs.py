@@ -21,7 +21,14 @@ weights on Hugging Face (field names in brackets below):
   (``mla_use_nope``), MLA queries without a low-rank bottleneck (``q_lora_rank: null``).
 
 ``PUBLISHED`` holds the headline sizes the model cards and reports state (rounded), so the
-chapters can set them beside the exact counts.  ``K3_SCALE`` arrives with chapter 8.
+chapters can set them beside the exact counts.
+
+``K3_SCALE`` (chapter 8) is *not* a published configuration: it is an illustrative model of
+about 2.8 trillion parameters in the Kimi Linear style, built from Kimi K2's published sizes
+and Kimi Linear's published layer design, with two sizes chosen to reach 2.8T.
+``K3_ASSUMPTIONS`` lists every choice with its status and source.  ``KIMI_LINEAR_CLAIMS``
+holds the efficiency claims of the Kimi Linear report that chapter 8 checks against the
+accounting, quoted as published.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from .accounting import ArchSpec, hybrid_layers
 
 __all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "PUBLISHED", "K3_TOTAL_PARAMS",
-           "spec_from_gpt_config", "hf_config", "hf_meta_model"]
+           "K3_SCALE", "K3_ASSUMPTIONS", "KIMI_LINEAR_CLAIMS", "gpt2_multiples",
+           "gpt2_to_k3_steps", "spec_from_gpt_config", "hf_config", "hf_meta_model"]
 
 _GPT2_SOURCE = ("Radford et al. 2019, 'Language Models are Unsupervised Multitask Learners'; "
                 "sizes from the released checkpoints' config.json")
@@ -93,8 +101,135 @@ PUBLISHED = {
 }
 
 #: The headline size of the Kimi-K3-scale model the book ends with (about 2.8
-#: trillion parameters; the full configuration arrives with chapter 8).
+#: trillion parameters, the source article's figure; ``K3_SCALE`` is a configuration of it).
 K3_TOTAL_PARAMS = 2.8e12
+
+#: An illustrative Kimi-K3-scale configuration (about 2.81T parameters, 40.6B active): Kimi
+#: K2's widths and experts, Kimi Linear's 3:1 KDA/MLA layer design, 63 layers and 1,024
+#: routed experts.  Every choice and its source is in ``K3_ASSUMPTIONS``.
+K3_SCALE = KIMI_K2.with_(
+    name="K3-scale", n_layer=63, n_routed_experts=1024, position="none", max_positions=1 << 20,
+    kda_layers=hybrid_layers(63, 3), kda_n_head=64, kda_head_dim=128, kda_conv_kernel=4,
+    source=("Illustrative, not published: Kimi K2's sizes (config.json of "
+            "moonshotai/Kimi-K2-Instruct), Kimi Linear's layer design (arXiv:2510.26692), depth "
+            "and expert count chosen to reach ~2.8T; see K3_ASSUMPTIONS"))
+
+#: Every choice behind ``K3_SCALE``: ``what`` it sets, the ``value``, its ``status``
+#: (``"given"``: the book's premise about Kimi K3; ``"carried over"``: published for an
+#: earlier Kimi model and kept; ``"assumed"``: chosen here) and ``why``.  The values are
+#: written from the specs, so they cannot drift from them.
+K3_ASSUMPTIONS = (
+    {"what": "total parameters", "value": f"about {K3_TOTAL_PARAMS / 1e12:g} trillion",
+     "status": "given", "why": "the source article's headline figure for Kimi K3"},
+    {"what": "design", "value": "Kimi Linear's: KDA and MLA layers in a hybrid schedule, MoE",
+     "status": "given", "why": "the book's premise: K3 scales up the Kimi Linear design"},
+    {"what": "width and vocabulary",
+     "value": (f"d_model {K3_SCALE.d_model:,}; {K3_SCALE.n_head} heads; vocabulary "
+               f"{K3_SCALE.vocab_size:,}; untied head; RMSNorm; no biases"),
+     "status": "carried over", "why": "Kimi K2's config.json"},
+    {"what": "MLA sizes",
+     "value": (f"latent {K3_SCALE.kv_lora_rank} + {K3_SCALE.qk_rope_head_dim}; q_lora_rank "
+               f"{K3_SCALE.q_lora_rank:,}; qk_nope {K3_SCALE.qk_nope_head_dim}; "
+               f"v {K3_SCALE.v_head_dim}"),
+     "status": "carried over", "why": "Kimi K2's config.json"},
+    {"what": "experts",
+     "value": (f"SwiGLU experts of width {K3_SCALE.d_expert:,}; {K3_SCALE.n_shared_experts} "
+               f"shared; top-{K3_SCALE.top_k}; {K3_SCALE.first_k_dense} leading dense "
+               f"layer{'s' if K3_SCALE.first_k_dense != 1 else ''} (d_ff {K3_SCALE.d_ff:,})"),
+     "status": "carried over", "why": "Kimi K2's config.json"},
+    {"what": "layer schedule", "value": "3 KDA : 1 MLA, last layer MLA",
+     "status": "carried over", "why": "Kimi Linear 48B-A3B (full_attn_layers 4, 8, ..., 27)"},
+    {"what": "positions",
+     "value": f"none in MLA (NoPE); context {K3_SCALE.max_positions:,} tokens",
+     "status": "carried over", "why": "Kimi Linear (mla_use_nope, model_max_length)"},
+    {"what": "KDA heads",
+     "value": (f"{K3_SCALE.kda_n_head} heads of {K3_SCALE.kda_head_dim} channels, short "
+               f"convolution of {K3_SCALE.kda_conv_kernel}"),
+     "status": "assumed",
+     "why": (f"Kimi Linear's rule (as many KDA heads as MLA heads, width "
+             f"{KIMI_LINEAR_48B.kda_head_dim}) at K2's {KIMI_K2.n_head} heads")},
+    {"what": "depth",
+     "value": (f"{K3_SCALE.n_layer} layers: {K3_SCALE.n_kda_layers} KDA, "
+               f"{K3_SCALE.n_attention_layers} MLA"),
+     "status": "assumed",
+     "why": (f"K2 has {KIMI_K2.n_layer}; {K3_SCALE.n_layer} keeps the 3:1 schedule and lands "
+             f"near {K3_TOTAL_PARAMS / 1e12:g}T")},
+    {"what": "routed experts", "value": f"{K3_SCALE.n_routed_experts:,} per MoE layer",
+     "status": "assumed",
+     "why": (f"K2 has {KIMI_K2.n_routed_experts}; {K3_SCALE.n_routed_experts:,} (a power of "
+             f"two, easy to shard) lands within 1% of {K3_TOTAL_PARAMS / 1e12:g}T")},
+)
+
+#: Efficiency claims of the Kimi Linear technical report (Kimi Team 2025, arXiv:2510.26692)
+#: for Kimi Linear 48B-A3B against a full-MLA model of the same size, quoted as published.
+KIMI_LINEAR_CLAIMS = {
+    "kv_cache_reduction": 0.75,          # "reducing KV cache usage by up to 75%"
+    "context": 1 << 20,                  # "1M" tokens
+    "tpot_ms": {"Kimi Linear": 1.84, "MLA": 11.48},   # time per output token at 1M
+    "tpot_speedup": 6.3,                 # "6.3x faster TPOT compared to MLA"
+    "throughput_speedup": 6.0,           # "up to 6x decoding throughput for a 1M context"
+    "batch1_speedup": (2.2, 2.3),        # at batch size 1
+    "short_context": 4096,               # "similar speed as full attention" (MMLU-Pro, 4k)
+    "where": ("Kimi Linear technical report (arXiv:2510.26692): abstract (75%, 6x), figure 1 "
+              "(similar speed to full attention at 4k; TPOT at 1M: 1.84 ms vs 11.48 ms, 6.3x) "
+              "and the efficiency comparison (6.3x attributed to the larger batches the smaller "
+              "cache allows; about 2.2-2.3x at batch 1)"),
+}
+
+
+def gpt2_multiples(total: float = K3_TOTAL_PARAMS) -> dict[str, float]:
+    """How many GPT-2 smalls fit in ``total`` parameters, two ways.
+
+    ``"headline"``: against GPT-2 small rounded to 124M, whole models (the source article's
+    22,580 for 2.8T); ``"exact"``: against its exact 124,439,808 parameters (a float).
+    """
+    from .accounting import count_params
+
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not total > 0:
+        raise ValueError(f"total must be a positive number of parameters, got {total!r}")
+    exact = count_params(GPT2_SMALL).total
+    rounded = round(exact, -6)
+    return {"gpt2": exact, "gpt2_rounded": rounded, "headline": int(total // rounded),
+            "exact": total / exact}
+
+
+def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
+    """GPT-2 small to ``K3_SCALE`` one architectural change at a time.
+
+    Returns ``(change, what it does, spec after it)``: first GPT-2 small, then GPT-2's
+    architecture at K3's sizes (learned positions for a million tokens, LayerNorm with
+    biases, a tied head, a GELU MLP four times as wide, MHA), then each change that turns
+    it into ``K3_SCALE``.  The last spec has exactly ``K3_SCALE``'s shapes.
+    """
+    k3 = K3_SCALE
+    gpt2_big = GPT2_SMALL.with_(
+        name="GPT-2 at K3's sizes", vocab_size=k3.vocab_size, n_layer=k3.n_layer,
+        d_model=k3.d_model, n_head=k3.n_head, max_positions=k3.max_positions)
+    positions = gpt2_big.with_(name="+ no learned positions", position="none")
+    norms = positions.with_(name="+ RMSNorm, no biases", norm="rmsnorm", bias=False)
+    head = norms.with_(name="+ untied head", tied_embeddings=False)
+    swiglu = head.with_(name="+ SwiGLU MLP", mlp="swiglu", d_ff=k3.d_ff)
+    mla = swiglu.with_(name="+ MLA", attention="mla", q_lora_rank=k3.q_lora_rank,
+                       kv_lora_rank=k3.kv_lora_rank, qk_nope_head_dim=k3.qk_nope_head_dim,
+                       qk_rope_head_dim=k3.qk_rope_head_dim, v_head_dim=k3.v_head_dim)
+    hybrid = mla.with_(name="+ 3:1 KDA hybrid", kda_layers=k3.kda_layers,
+                       kda_n_head=k3.kda_n_head, kda_head_dim=k3.kda_head_dim,
+                       kda_conv_kernel=k3.kda_conv_kernel)
+    moe = hybrid.with_(name="+ MoE (= K3-scale)", n_routed_experts=k3.n_routed_experts,
+                       n_shared_experts=k3.n_shared_experts, top_k=k3.top_k,
+                       d_expert=k3.d_expert, first_k_dense=k3.first_k_dense)
+    return [
+        ("GPT-2 small", "the 2019 baseline", GPT2_SMALL),
+        ("scale", "K3's width, depth, vocabulary, context", gpt2_big),
+        ("position encoding", "learned table → none (NoPE)", positions),
+        ("normalisation", "LayerNorm, biases → RMSNorm, none", norms),
+        ("head", "tied → untied", head),
+        ("activation", "GELU MLP (4d) → SwiGLU", swiglu),
+        ("attention", "MHA → MLA", mla),
+        ("mixer", "MLA everywhere → 3 KDA : 1 MLA", hybrid),
+        ("FFN → MoE", f"dense → {k3.n_routed_experts:,} experts, top-{k3.top_k}, "
+                      f"{k3.n_shared_experts} shared", moe),
+    ]
 
 
 def spec_from_gpt_config(config, name: str = "custom") -> ArchSpec:

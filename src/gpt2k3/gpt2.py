@@ -85,7 +85,14 @@ class CausalSelfAttention(nn.Module):
         dropout = self.attn_dropout if self.training else 0.0
         if past == 0:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        elif T == 1:  # one new token sees the whole cache: no mask at all
+        elif T == 1 and dropout == 0.0:
+            # One new token sees the whole cache, no mask: two small matrix products. Written
+            # out rather than through SDPA, whose fused CPU kernel tiles and dispatches to the
+            # thread pool even for a single query; on two cores that overhead can exceed the
+            # work itself.
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            y = att.softmax(dim=-1) @ v
+        elif T == 1:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
         else:  # a chunk after a non-empty cache: causal within the chunk, full over the past
             mask = causal_mask(T, past, device=x.device)

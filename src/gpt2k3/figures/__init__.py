@@ -34,9 +34,29 @@ __all__ += [  # chapter 3
     "prefill_leak", "seed_prefill_leak", "state_vs_cache_counts", "state_vs_cache",
     "feature_map_weights_data", "feature_map_weights", "first_crossing", "crossover_n",
     "generation_totals", "speedup_rows", "measured_crossover"]
+from .gates import (channel_decay, distractor_retrieval, forgetting_by_age, hybrid_cache,
+                    hybrid_cache_bytes, hybrid_spec, memory_half_life, ratio_label)
+
+__all__ += [  # chapter 6
+    "forgetting_by_age", "memory_half_life", "channel_decay", "distractor_retrieval",
+    "hybrid_spec", "hybrid_cache_bytes", "hybrid_cache", "ratio_label"]
 from .delta import (chunk_cost, chunkwise_speed, interference_beta, interference_by_position,
                     interference_curves, n_grid, read_erase_write_stages, speed_rows)
 
 __all__ += [  # chapters 4 and 5
     "n_grid", "interference_curves", "interference_by_position", "interference_beta",
     "read_erase_write_stages", "chunk_cost", "speed_rows", "chunkwise_speed"]
+from .k3 import (claims_rows, full_attention, hybrid_speedups, k3_batching, k3_dashboard,
+                 k3_devices, k3_hybrid, k3_params, k3_roofline, kimi_linear_check, plan_rows,
+                 summary_rows, what_changed_rows, what_changed_table)
+
+__all__ += [  # chapter 8 (constants: gpt2k3.figures.k3)
+    "k3_params", "k3_hybrid", "k3_batching", "k3_roofline", "k3_devices", "kimi_linear_check", "k3_dashboard",
+    "hybrid_speedups", "claims_rows", "what_changed_rows", "what_changed_table", "summary_rows",
+    "plan_rows",
+    "full_attention"]
+from .recall import (recall_accuracy, recall_loss_curves, recall_run, recall_summary,
+                     recall_table)
+
+__all__ += [  # chapter 9
+    "recall_accuracy", "recall_loss_curves", "recall_run", "recall_summary", "recall_table"]

@@ -21,6 +21,15 @@ __all__ += ["moe_explorer", "routing_explorer"]  # chapter 7
 from .linear import state_explorer, weights_explorer
 
 __all__ += ["state_explorer", "weights_explorer"]  # chapter 3
+from .gates import half_life_explorer, hybrid_explorer, retrieval_explorer
+
+__all__ += ["half_life_explorer", "retrieval_explorer", "hybrid_explorer"]  # chapter 6
 from .delta import chunk_cost_explorer, interference_explorer
 
 __all__ += ["interference_explorer", "chunk_cost_explorer"]  # chapters 4 and 5
+from .k3 import k3_explorer
+
+__all__ += ["k3_explorer"]  # chapter 8
+from .recall import train_explorer
+
+__all__ += ["train_explorer"]  # chapter 9

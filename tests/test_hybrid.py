@@ -1,0 +1,164 @@
+"""The KDA / attention hybrid: schedule, mixer factory, HybridCache = full forward, cache sizes."""
+
+import pytest
+import torch
+
+from gpt2k3.accounting import hybrid_layers
+from gpt2k3.archs import KIMI_LINEAR_48B
+from gpt2k3.gpt2 import GPT, CausalSelfAttention, GPTConfig
+from gpt2k3.kv_cache import KVCache
+from gpt2k3.layers.delta import KDA, DeltaState, GatedDeltaNet
+from gpt2k3.layers.hybrid import (ATTENTION_KIND, KDA_KIND, HybridCache, forward_in_pieces,
+                                  hybrid_gpt, hybrid_mixer, hybrid_schedule, schedule_of)
+
+CFG = GPTConfig(block_size=64, vocab_size=101, n_layer=6, n_head=2, n_embd=16)
+
+
+def ids(T, B=2, seed=0):
+    return torch.randint(0, CFG.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# --------------------------------------------------------------------------- schedule
+def test_kimi_linear_schedule():
+    sched = hybrid_schedule(27, 3)
+    attention = [i + 1 for i, s in enumerate(sched) if s == ATTENTION_KIND]
+    assert attention == [4, 8, 12, 16, 20, 24, 27]  # Kimi Linear 48B's full_attn_layers (1-based)
+    assert tuple(i for i, s in enumerate(sched) if s == KDA_KIND) == KIMI_LINEAR_48B.kda_layers
+    assert sched.count(KDA_KIND) == 20
+
+
+@pytest.mark.parametrize("n_layer", [1, 2, 5, 8, 13])
+@pytest.mark.parametrize("ratio", [0, 1, 3, 7, 40])
+def test_schedule_agrees_with_accounting(n_layer, ratio):
+    sched = hybrid_schedule(n_layer, ratio)
+    assert len(sched) == n_layer and sched[-1] == ATTENTION_KIND
+    assert tuple(i for i, s in enumerate(sched) if s == KDA_KIND) == hybrid_layers(n_layer, ratio)
+    if ratio == 0:
+        assert set(sched) == {ATTENTION_KIND}
+
+
+def test_all_kda_schedule():
+    assert hybrid_schedule(5, None) == (KDA_KIND,) * 5
+
+
+@pytest.mark.parametrize("args, match", [((0, 3), "n_layer must be a positive int"),
+                                         ((4.0, 3), "n_layer must be a positive int"),
+                                         ((4, -1), "ratio must be None"),
+                                         ((4, 1.5), "ratio must be None"),
+                                         ((4, True), "ratio must be None")])
+def test_bad_schedule(args, match):
+    with pytest.raises(ValueError, match=match):
+        hybrid_schedule(*args)
+
+
+# --------------------------------------------------------------------------- model
+def test_mixer_factory_builds_the_schedule():
+    torch.manual_seed(0)
+    model = hybrid_gpt(CFG, ratio=2)
+    kinds = schedule_of(model)
+    assert kinds == hybrid_schedule(6, 2) == ("kda", "kda", "attention", "kda", "kda", "attention")
+    for block, kind in zip(model.transformer.h, kinds):
+        assert isinstance(block.attn, CausalSelfAttention if kind == ATTENTION_KIND else KDA)
+    other = GPT(CFG, mixer=hybrid_mixer(kinds, GatedDeltaNet, conv_size=0))
+    assert isinstance(other.transformer.h[0].attn, GatedDeltaNet)
+    assert other.transformer.h[0].attn.conv_size == 0
+
+
+def test_mixer_factory_rejects_mismatches():
+    with pytest.raises(ValueError, match="the schedule has 3 layers but config.n_layer is 6"):
+        GPT(CFG, mixer=hybrid_mixer(("kda", "kda", "attention")))
+    for bad in ("kda", [], ["kda", "mamba"], None):
+        with pytest.raises(ValueError, match="schedule must be"):
+            hybrid_mixer(bad)
+    with pytest.raises(ValueError, match="model must be a GPT"):
+        schedule_of(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("ratio", [0, 1, 2, None])
+@pytest.mark.parametrize("sizes", [[9] + [1] * 11, [1] * 20, [5, 7, 8]])
+def test_hybrid_cache_prompt_then_decode_equals_full_forward(ratio, sizes):
+    torch.manual_seed(ratio or 0)
+    model = hybrid_gpt(CFG, ratio=ratio).double().eval()
+    idx = ids(sum(sizes))
+    with torch.no_grad():
+        full = model(idx)
+    cache = HybridCache.for_model(model, batch=2, max_len=32)
+    stepped, _ = forward_in_pieces(model, idx, cache, sizes)
+    torch.testing.assert_close(stepped, full, atol=1e-12, rtol=1e-12)
+    assert cache.length == sum(sizes)
+
+
+def test_all_attention_hybrid_matches_a_plain_kv_cache():
+    torch.manual_seed(0)
+    model = hybrid_gpt(CFG, ratio=0).eval()
+    idx = ids(12)
+    a, _ = forward_in_pieces(model, idx, HybridCache.for_model(model, batch=2, max_len=12), [4] + [1] * 8)
+    b, _ = forward_in_pieces(model, idx, KVCache.for_model(CFG, batch=2, max_len=12), [4] + [1] * 8)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+# --------------------------------------------------------------------------- cache sizes
+def test_cache_holds_kv_only_for_attention_layers_and_states_stay_fixed():
+    torch.manual_seed(0)
+    model = hybrid_gpt(CFG, ratio=2).eval()  # attention in layers 3 and 6 (1-based)
+    cache = HybridCache.for_model(model, batch=2, max_len=40)
+    assert cache.attention_layers == (2, 5) and cache.linear_layers == (0, 1, 3, 4)
+    assert cache.kv.n_layer == 2
+    kv_alloc = 2 * 2 * (2 * CFG.n_head * 40 * CFG.head_dim) * 4  # layers x (K, V) x numbers x fp32
+    assert cache.nbytes == kv_alloc and cache.used_nbytes == 0
+    _, used = forward_in_pieces(model, ids(20), cache, [10] + [1] * 10)
+    per_token = 2 * 2 * (2 * CFG.n_head * CFG.head_dim) * 4  # layers x batch x (K+V) x fp32
+    state = cache.state_nbytes
+    assert state == 4 * model.transformer.h[0].attn.state_numbers(batch=2) * 4
+    assert [u - state for u in used] == [per_token * n for n in range(10, 21)]
+    assert cache.kv_nbytes == per_token * 20
+    assert cache.nbytes == kv_alloc + state
+    assert all(isinstance(cache.get(i), DeltaState) for i in cache.linear_layers)
+
+
+def test_cache_errors_and_reset():
+    torch.manual_seed(0)
+    model = hybrid_gpt(CFG, ratio=2).eval()
+    cache = HybridCache.for_model(model, batch=1, max_len=8)
+    k = torch.zeros(1, CFG.n_head, 1, CFG.head_dim)
+    with pytest.raises(ValueError, match=r"layer 0 is not an attention layer; attention layers are \(2, 5\)"):
+        cache.update(0, k, k)
+    with pytest.raises(ValueError, match=r"layer 2 is not a linear \(KDA\) layer"):
+        cache.get(2)
+    with pytest.raises(ValueError, match="layer 9 is not a linear"):
+        cache.set(9, None)
+    forward_in_pieces(model, ids(8, B=1), cache, [8])
+    with pytest.raises(ValueError, match="KVCache overflow"):
+        with torch.no_grad():
+            model(ids(1, B=1), cache=cache)
+    cache.reset()
+    assert cache.length == 0 and cache.state_nbytes == 0 and cache.kv_nbytes == 0
+    all_kda = HybridCache(hybrid_schedule(3, None), batch=1, n_head=2, max_len=4, head_dim=8)
+    assert all_kda.kv is None and all_kda.nbytes == 0
+    all_kda.check_room(10**6)  # states never run out of room
+    all_kda.advance(5)
+    assert all_kda.length == 5
+
+
+def test_forward_in_pieces_validates():
+    torch.manual_seed(0)
+    model = hybrid_gpt(CFG, ratio=1).eval()
+    cache = HybridCache.for_model(model)
+    with pytest.raises(ValueError, match="sizes must be positive ints adding up to T = 5"):
+        forward_in_pieces(model, ids(5), cache, [2, 2])
+    with pytest.raises(ValueError, match="sizes must be positive ints"):
+        forward_in_pieces(model, ids(5), cache, [5, 0])
+    with pytest.raises(ValueError, match="idx must be a"):
+        forward_in_pieces(model, ids(5)[0], cache, [5])
+
+
+def test_generate_through_the_hybrid_cache():
+    """gpt2k3.gpt2.generate decodes a hybrid through HybridCache.for_model: same greedy tokens."""
+    from gpt2k3.gpt2 import generate
+
+    torch.manual_seed(0)
+    model = hybrid_gpt(CFG, ratio=2).double()
+    prompt = ids(5)
+    cached = generate(model, prompt, 12, temperature=0, cache_impl=HybridCache.for_model)
+    recomputed = generate(model, prompt, 12, temperature=0, use_cache=False)
+    assert torch.equal(cached, recomputed)

@@ -1,0 +1,277 @@
+"""DeltaNet / Gated DeltaNet / KDA layers: decode state = full forward, gate forms, plumbing, errors."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpt2k3.accounting import ArchSpec, count_params
+from gpt2k3.gpt2 import GPT, GPTConfig
+from gpt2k3.kv_cache import KVCache
+from gpt2k3.layers import StateCache
+from gpt2k3.layers.delta import KDA, DeltaNet, DeltaState, GatedDeltaNet, GatedRMSNorm, ShortConv
+from gpt2k3.layers.hybrid import forward_in_pieces
+from gpt2k3.mixers import delta, gated_delta
+
+LAYERS = [DeltaNet, GatedDeltaNet, KDA]
+CFG = GPTConfig(block_size=64, vocab_size=97, n_layer=2, n_head=2, n_embd=16)
+
+
+def make_layer(cls, seed=0, **kw):
+    torch.manual_seed(seed)
+    layer = cls(CFG, **kw).double()
+    with torch.no_grad():  # larger weights than GPT's init, so every part of the layer matters
+        for p in layer.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.3)
+    return layer
+
+
+def x_of(B=2, T=21, seed=1):
+    return torch.randn(B, T, CFG.n_embd, generator=torch.Generator().manual_seed(seed),
+                       dtype=torch.float64)
+
+
+def pieces(layer, x, sizes):
+    cache, outs, start = StateCache(1), [], 0
+    for s in sizes:
+        outs.append(layer(x[:, start:start + s], cache=cache))
+        start += s
+    return torch.cat(outs, dim=1), cache
+
+
+# --------------------------------------------------------------------------- decode = forward
+@pytest.mark.parametrize("cls", LAYERS)
+@pytest.mark.parametrize("kw", [{}, {"conv_size": 0}, {"conv_size": 2, "chunk_size": 5},
+                                {"expand_v": 2, "head_dim": 4, "n_head": 3}])
+@pytest.mark.parametrize("sizes", [[7] + [1] * 14, [2, 3, 1, 10, 5]])
+def test_state_in_pieces_equals_whole_sequence(cls, kw, sizes):
+    layer = make_layer(cls, **kw)
+    x = x_of()
+    with torch.no_grad():
+        whole = layer(x)
+        stepped, _ = pieces(layer, x, sizes)
+    torch.testing.assert_close(stepped, whole, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_gpt_prompt_then_decode_equals_full_forward(cls):
+    torch.manual_seed(0)
+    model = GPT(CFG, mixer=lambda c, i: cls(c)).double().eval()
+    idx = torch.randint(0, CFG.vocab_size, (2, 30), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        full = model(idx)
+    cache = StateCache(CFG.n_layer)
+    stepped, used = forward_in_pieces(model, idx, cache, [11] + [1] * 19)
+    torch.testing.assert_close(stepped, full, atol=1e-12, rtol=1e-12)
+    assert cache.length == 30
+    assert len(set(used)) == 1  # the state does not grow with the tokens seen
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+@pytest.mark.parametrize("conv_size", [0, 4])
+def test_state_size_is_fixed_and_counted(cls, conv_size):
+    layer = make_layer(cls, conv_size=conv_size, expand_v=2)
+    cache = StateCache(1)
+    with torch.no_grad():
+        layer(x_of(B=3, T=9), cache=cache)
+        after_prompt = cache.nbytes
+        layer(x_of(B=3, T=1, seed=2), cache=cache)
+    state = cache.get(0)
+    assert isinstance(state, DeltaState)
+    assert state.S.shape == (3, layer.n_head, layer.head_k_dim, layer.head_v_dim)
+    assert (state.conv is None) == (conv_size == 0)
+    assert cache.nbytes == after_prompt == layer.state_numbers(batch=3) * 8  # float64
+
+
+# --------------------------------------------------------------------------- the gates
+def test_gated_deltanet_gate_is_mamba2_style():
+    layer = make_layer(GatedDeltaNet)
+    x = x_of()
+    la = layer.log_alpha(x)
+    assert la.shape == (2, CFG.n_head, 21)
+    expected = -layer.A_log.exp() * F.softplus(layer.a_proj(x) + layer.dt_bias)  # (B, T, H)
+    torch.testing.assert_close(la, expected.transpose(1, 2))
+    assert (la <= 0).all()
+
+
+def test_gated_deltanet_init_ranges():
+    torch.manual_seed(0)
+    layer = GatedDeltaNet(GPTConfig(n_layer=1, n_head=64, n_embd=64 * 8))
+    A = layer.A_log.exp()
+    dt = F.softplus(layer.dt_bias)
+    assert (A > 0).all() and (A <= 16).all()
+    assert (dt >= 1e-4).all() and (dt <= 0.1 + 1e-6).all()
+    torch.testing.assert_close(dt.log().min(), torch.tensor(math.log(1e-3)), atol=1.0, rtol=0)
+
+
+def test_kda_gate_is_low_rank_and_per_channel():
+    layer = make_layer(KDA)
+    x = x_of()
+    down, up = layer.f_proj
+    assert down.out_features == layer.head_v_dim and up.in_features == layer.head_v_dim
+    assert up.out_features == layer.key_dim
+    la = layer.log_alpha(x)
+    assert la.shape == (2, CFG.n_head, 21, layer.head_k_dim)
+    f = (up(down(x)) + layer.dt_bias).view(2, 21, CFG.n_head, layer.head_k_dim)
+    expected = -layer.A_log.exp()[None, None, :, None] * F.softplus(f)
+    torch.testing.assert_close(la, expected.transpose(1, 2))
+    assert (la <= 0).all()
+
+
+def test_kda_initialisation_is_nearly_memoryless():
+    torch.manual_seed(0)
+    layer = KDA(GPTConfig(n_layer=1))
+    with torch.no_grad():
+        la = layer.log_alpha(torch.zeros(1, 1, 768))
+    # A ~ U(1, 16), dt_bias = 0: log alpha = -A ln 2, a half-life of 1/A tokens
+    assert la.max() <= -math.log(2) + 1e-6 and la.min() >= -16 * math.log(2) - 1e-6
+
+
+def test_deltanet_has_no_gate():
+    assert make_layer(DeltaNet).log_alpha(x_of()) is None
+
+
+@pytest.mark.parametrize("n_head, head_dim, d_model, conv", [(12, 64, 768, 4), (3, 8, 20, 0),
+                                                              (32, 128, 2304, 4)])
+def test_kda_parameter_count_matches_accounting(n_head, head_dim, d_model, conv):
+    config = GPTConfig(n_layer=1, n_head=n_head if d_model % n_head == 0 else 1, n_embd=d_model)
+    with torch.device("meta"):
+        layer = KDA(config, n_head=n_head, head_dim=head_dim, conv_size=conv)
+    spec = ArchSpec(name="kda", vocab_size=1, n_layer=1, d_model=d_model, n_head=1, bias=False,
+                    norm="rmsnorm", kda_layers=(0,), kda_n_head=n_head, kda_head_dim=head_dim,
+                    kda_conv_kernel=conv)
+    assert count_params(spec).detail["linear attention"] == sum(p.numel() for p in layer.parameters())
+
+
+# --------------------------------------------------------------------------- plumbing vs a reference
+def reference_forward(layer, x):
+    """The layer's forward written out independently: padded conv, recurrent mixer, norm, gate."""
+    B, T, _ = x.shape
+    H, Dk, Dv = layer.n_head, layer.head_k_dim, layer.head_v_dim
+
+    def conv(proj, conv_mod):
+        y = proj(x)
+        if not layer.conv_size:
+            return F.silu(y)
+        K = layer.conv_size
+        z = F.conv1d(y.transpose(1, 2), conv_mod.weight, padding=K - 1, groups=y.shape[-1])
+        return F.silu(z[..., :T]).transpose(1, 2)
+
+    q = conv(layer.q_proj, getattr(layer, "q_conv", None)).view(B, T, H, Dk).transpose(1, 2)
+    k = conv(layer.k_proj, getattr(layer, "k_conv", None)).view(B, T, H, Dk).transpose(1, 2)
+    v = conv(layer.v_proj, getattr(layer, "v_conv", None)).view(B, T, H, Dv).transpose(1, 2)
+    q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    beta = torch.sigmoid(layer.b_proj(x)).transpose(1, 2)
+    la = layer.log_alpha(x)
+    o = (delta.recurrent(q, k, v, beta)[0] if la is None
+         else gated_delta.recurrent(q, k, v, beta, la)[0]).transpose(1, 2)  # (B, T, H, Dv)
+    o = o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + layer.o_norm.eps) * layer.o_norm.weight
+    if isinstance(layer, GatedDeltaNet):
+        o = o * F.silu(layer.g_proj(x)).view(B, T, H, Dv)
+    elif isinstance(layer, KDA):
+        o = o * torch.sigmoid(layer.g_proj(x)).view(B, T, H, Dv)
+    return layer.o_proj(o.reshape(B, T, H * Dv))
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+@pytest.mark.parametrize("conv_size", [0, 3])
+def test_forward_matches_written_out_reference(cls, conv_size):
+    layer = make_layer(cls, conv_size=conv_size, chunk_size=8)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x_of()), reference_forward(layer, x_of()),
+                                   atol=1e-12, rtol=1e-12)
+
+
+def test_layers_train():
+    torch.manual_seed(0)
+    model = GPT(CFG, mixer=lambda c, i: KDA(c, chunk_size=4))
+    idx = torch.randint(0, CFG.vocab_size, (2, 10))
+    loss = F.cross_entropy(model(idx).flatten(0, 1), idx.flatten())
+    loss.backward()
+    attn = model.transformer.h[0].attn
+    for p in (attn.A_log, attn.dt_bias, attn.f_proj[0].weight, attn.q_conv.weight, attn.b_proj.weight):
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+
+
+# --------------------------------------------------------------------------- building blocks
+@pytest.mark.parametrize("K", [1, 2, 4])
+def test_short_conv_pieces_and_causality(K):
+    torch.manual_seed(0)
+    conv = ShortConv(5, K).double()
+    x = torch.randn(2, 9, 5, dtype=torch.float64)
+    y, state = conv(x)
+    assert state.shape == (2, 5, K - 1)
+    y1, s1 = conv(x[:, :4])
+    y2, _ = conv(x[:, 4:5], s1)
+    y3, _ = conv(x[:, 5:], _)
+    torch.testing.assert_close(torch.cat([y1, y2, y3], 1), y)
+    x2 = x.clone()
+    x2[:, 6:] += 1.0  # a change at t = 6 does not reach earlier outputs
+    torch.testing.assert_close(conv(x2)[0][:, :6], y[:, :6])
+
+
+def test_gated_rms_norm():
+    torch.manual_seed(0)
+    x, g = torch.randn(3, 8), torch.randn(3, 8)
+    for act, fn in (("silu", F.silu), ("sigmoid", torch.sigmoid), (None, lambda t: 1.0)):
+        norm = GatedRMSNorm(8, eps=1e-5, activation=act)
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 2)
+        expected = F.rms_norm(x, (8,), norm.weight, eps=1e-5) * fn(g)
+        torch.testing.assert_close(norm(x, g if act else None), expected)
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kwargs, match", [
+    ({"head_dim": 0}, "head_dim must be an int >= 1"),
+    ({"n_head": 2.0}, "n_head must be an int >= 1"),
+    ({"expand_v": 0.3}, "expand_v must be a positive number with head_dim"),
+    ({"expand_v": -1}, "expand_v must be a positive number"),
+    ({"conv_size": -1}, "conv_size must be an int >= 0"),
+    ({"chunk_size": 0}, "chunk_size must be an int >= 1"),
+    ({"norm_eps": 0}, "eps must be a positive number"),
+])
+@pytest.mark.parametrize("cls", LAYERS)
+def test_bad_construction(cls, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cls(CFG, **kwargs)
+
+
+def test_bad_config_and_inputs():
+    with pytest.raises(ValueError, match="config must be a GPTConfig"):
+        KDA({"n_embd": 16})
+    layer = make_layer(KDA)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, n_embd=16\)"):
+        layer(torch.zeros(2, 3, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x must have shape"):
+        layer(torch.zeros(3, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match="a KVCache is for softmax attention"):
+        layer(x_of(), cache=KVCache(1, 2, 2, 8, 8))
+    cache = StateCache(1)
+    cache.set(0, torch.zeros(2, 2, 8, 8))
+    with pytest.raises(ValueError, match="must be a DeltaState"):
+        layer(x_of(), cache=cache)
+    cache = StateCache(1)
+    layer(x_of(B=2), cache=cache)
+    with pytest.raises(ValueError, match=r"conv state must have shape|state must have shape"):
+        layer(x_of(B=3), cache=cache)  # a state for another batch size
+    with pytest.raises(ValueError, match="activation must be one of"):
+        GatedRMSNorm(4, activation="relu")
+    with pytest.raises(ValueError, match="g \\(the output gate\\) is required"):
+        GatedRMSNorm(4, activation="silu")(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="kernel_size must be an int >= 1"):
+        ShortConv(4, 0)
+
+
+@pytest.mark.parametrize("cls", LAYERS)
+def test_generate_with_the_fixed_state(cls):
+    """gpt2k3.gpt2.generate(cache_impl="state") decodes these layers: same greedy tokens."""
+    from gpt2k3.gpt2 import generate
+
+    torch.manual_seed(0)
+    model = GPT(CFG, mixer=lambda c, i: cls(c)).double()
+    prompt = torch.randint(0, CFG.vocab_size, (2, 6), generator=torch.Generator().manual_seed(1))
+    cached = generate(model, prompt, 10, temperature=0, cache_impl="state")
+    assert torch.equal(cached, generate(model, prompt, 10, temperature=0, use_cache=False))
