@@ -66,15 +66,21 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
     return B, H, T, Dk, v.shape[-1]
 
 
-def check_chunk_size(chunk_size) -> int:
-    """Require a positive integer (Python, NumPy or 0-d integer tensor); ``bool`` is rejected."""
+def check_positive_int(value, name: str) -> int:
+    """Require a positive integer (Python, NumPy or 0-d integer tensor); ``bool`` is rejected.
+    Raises ``ValueError`` naming ``name``; returns the value as an ``int``."""
     try:
-        size = None if isinstance(chunk_size, bool) else operator.index(chunk_size)
+        n = None if isinstance(value, bool) else operator.index(value)
     except TypeError:
-        size = None
-    if size is None or size <= 0:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    return size
+        n = None
+    if n is None or n <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return n
+
+
+def check_chunk_size(chunk_size) -> int:
+    """Require a positive integer chunk size."""
+    return check_positive_int(chunk_size, "chunk_size")
 
 
 def check_per_token(x, name: str, B: int, H: int, T: int) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._validate import check_positive_int
 from .kv_cache import ConcatKVCache, KVCache, causal_mask
 
 __all__ = ["GPTConfig", "GPT", "generate", "trace_shapes"]
@@ -51,8 +52,10 @@ class GPTConfig:
             elif f.name == "bias":
                 if not isinstance(value, bool):
                     raise ValueError(f"bias must be a bool, got {value!r}")
-            elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            elif not isinstance(value, int):  # a float like 12.0 is a mistake, not a size
                 raise ValueError(f"{f.name} must be a positive int, got {value!r}")
+            else:
+                check_positive_int(value, f.name)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ._validate import check_positive_int
+
 __all__ = ["KVCache", "ConcatKVCache", "causal_mask", "seed_cached_attention", "concat_copy_bytes"]
 
 
@@ -48,8 +50,7 @@ class KVCache:
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
         for name, value in (("n_layer", n_layer), ("batch", batch), ("n_head", n_head),
                             ("max_len", max_len), ("head_dim", head_dim)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive_int(value, name)
         shape = (batch, n_head, max_len, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layer)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layer)]
@@ -132,8 +133,7 @@ class ConcatKVCache:
     def __init__(self, n_layer: int, batch: int, n_head: int, head_dim: int):
         for name, value in (("n_layer", n_layer), ("batch", batch), ("n_head", n_head),
                             ("head_dim", head_dim)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive_int(value, name)
         self.n_layer, self.batch, self.n_head, self.head_dim = n_layer, batch, n_head, head_dim
         self.k: list[torch.Tensor | None] = [None] * n_layer
         self.v: list[torch.Tensor | None] = [None] * n_layer
@@ -178,8 +178,7 @@ def concat_copy_bytes(n_layer: int, n_embd: int, prompt_len: int, n_new: int, dt
     preallocated cache writes one position per step."""
     for name, value in (("n_layer", n_layer), ("n_embd", n_embd), ("prompt_len", prompt_len),
                         ("dtype_bytes", dtype_bytes)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(value, name)
     if not isinstance(n_new, int) or n_new < 0:
         raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
     positions = sum(prompt_len + i for i in range(1, n_new + 1))

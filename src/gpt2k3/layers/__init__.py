@@ -21,16 +21,19 @@ from typing import Any
 
 import torch
 
-__all__ = ["StateCache"]
+from .._validate import check_positive_int
+
+__all__ = ["StateCache", "nbytes_of"]
 
 
-def _nbytes(obj: Any) -> int:
+def nbytes_of(obj: Any) -> int:
+    """Bytes held by a tensor, or by the tensors in a (nested) tuple, list or dict."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, (tuple, list)):
-        return sum(_nbytes(o) for o in obj)
+        return sum(nbytes_of(o) for o in obj)
     if isinstance(obj, dict):
-        return sum(_nbytes(o) for o in obj.values())
+        return sum(nbytes_of(o) for o in obj.values())
     return 0
 
 
@@ -39,8 +42,7 @@ class StateCache:
     counterpart of :class:`gpt2k3.kv_cache.KVCache`."""
 
     def __init__(self, n_layer: int):
-        if not isinstance(n_layer, int) or isinstance(n_layer, bool) or n_layer <= 0:
-            raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
+        check_positive_int(n_layer, "n_layer")
         self.n_layer = n_layer
         self.states: list[Any] = [None] * n_layer
         self.length = 0
@@ -67,7 +69,7 @@ class StateCache:
     @property
     def nbytes(self) -> int:
         """Bytes held by all layers' states: constant once the first token is in."""
-        return sum(_nbytes(s) for s in self.states)
+        return sum(nbytes_of(s) for s in self.states)
 
     def reset(self) -> None:
         self.states = [None] * self.n_layer

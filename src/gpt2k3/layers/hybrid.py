@@ -36,7 +36,7 @@ import torch.nn as nn
 from ..accounting import hybrid_layers
 from ..gpt2 import GPT, CausalSelfAttention, GPTConfig
 from ..kv_cache import KVCache
-from . import _nbytes
+from . import nbytes_of
 from .delta import KDA
 
 __all__ = ["KDA_KIND", "ATTENTION_KIND", "hybrid_schedule", "hybrid_mixer", "hybrid_gpt",
@@ -182,7 +182,7 @@ class HybridCache:
     @property
     def state_nbytes(self) -> int:
         """Bytes of all linear layers' states: fixed once the first token is in."""
-        return sum(_nbytes(s) for s in self.states.values())
+        return sum(nbytes_of(s) for s in self.states.values())
 
     @property
     def kv_nbytes(self) -> int:
