@@ -12,6 +12,7 @@ import os
 import platform
 import statistics
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,19 @@ from typing import Callable
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
+_out_dir: Path | None = None  # set by :func:`redirect`: where :func:`write` puts files instead
+
+
+@contextmanager
+def redirect(out_dir: str | Path):
+    """Within the block, :func:`write` puts results files in ``out_dir`` instead of
+    ``benchmarks/results`` (``benchmarks/gpu.py --dry-run --out DIR`` uses it)."""
+    global _out_dir
+    previous, _out_dir = _out_dir, Path(out_dir)
+    try:
+        yield _out_dir
+    finally:
+        _out_dir = previous
 
 
 def machine(device: str = "cpu") -> dict:
@@ -32,11 +46,13 @@ def machine(device: str = "cpu") -> dict:
     except OSError:
         pass
     info = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "load_average_1min_now": os.getloadavg()[0],
             "torch": torch.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "device": device,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda"] = torch.version.cuda
     return info
 
 
@@ -72,7 +88,9 @@ def read_bandwidth(device: str = "cpu", nbytes: int = 1 << 29, runs: int = 7) ->
 
 
 def write(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+    """Write ``payload`` as JSON to ``benchmarks/results/<name>`` (or the :func:`redirect` folder)."""
+    folder = _out_dir if _out_dir is not None else RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path

@@ -1,39 +1,66 @@
-"""Decode speed of GPT-2 small: no cache, concatenating cache, preallocated cache, Hugging Face.
+"""Decode speed of GPT-2 small: no cache, concatenating cache, preallocated cache, the fast
+decoder, Hugging Face -- against the memory-bandwidth bound.
 
-    python benchmarks/decode.py                 # the chapter's numbers (several minutes on 2 cores)
+    python benchmarks/decode.py                 # the chapter's numbers (about ten minutes on 2 cores)
     python benchmarks/decode.py --quick         # a smoke run
     python benchmarks/decode.py --device cuda --dtype bfloat16   # on a GPU, if there is one
 
-All four generators decode greedily from the same random GPT-2 small weights (Hugging
-Face's ``GPT2LMHeadModel`` is built first and its state dict loaded into ours), so they
-produce the same tokens; the script checks that.  For each, tokens/s is the median
-over ``--runs`` runs of prompt + ``--new-tokens`` greedy tokens, timed side by side in
-one process.  The memory-bandwidth bound divides the measured read bandwidth by the
-bytes one decode step must read: every weight once (the tied embedding as the head; a
-single row of the position table) plus the KV cache at the average context.
+All five generators decode greedily from the same random GPT-2 small weights (Hugging Face's
+``GPT2LMHeadModel`` is built first and its state dict loaded into ours), so they produce the
+same tokens; the script checks that. The reference decoders are ``gpt2k3.gpt2.generate``
+(chapter 2's loop) without a cache, with the seed's concatenating cache and with the
+preallocated ``KVCache``; the fast decoder is ``gpt2k3.gpt2.FastDecoder`` (weights packed once
+into the layout that streams fastest, preallocated buffers, no per-step bookkeeping). For each,
+tokens/s is the median over ``--runs`` runs of prompt + ``--new-tokens`` greedy tokens. The
+runs are interleaved -- every round runs each generator once, in turn -- so a busy moment on a
+shared machine slows all of them alike, and every ratio comes from medians of the same rounds.
 
-A second part times single decode steps against a KV cache filled to N positions (a
-GPT-2-small-shaped model with a longer position table, so N can exceed 1,024) and
-puts each next to its roofline prediction, bytes moved / bandwidth.
+The memory-bandwidth bound divides the measured read bandwidth (a ``sum`` over 512 MiB, sampled
+once per round, median) by the bytes one decode step must read: every weight once (the tied
+embedding as the head; a single row of the position table) plus the KV cache at the average
+context.
 
-Writes ``benchmarks/results/decode_<device>.json``.
+Also measured, to explain the fast decoder's speed with numbers:
+
+* **weight layouts**: the bandwidth of one matrix-vector product per GPT-2 weight shape, with
+  the weight stored ``(out, in)`` (``nn.Linear``, ``F.linear``) and ``(in, out)``
+  (``x @ W_t``), streamed from memory (enough copies to exceed the caches), median of runs;
+* **step breakdown**: one fast decode step against the same step's weight products alone (the
+  difference is everything else: attention, LayerNorms, GELU, Python), side by side.
+
+A last part times single decode steps against a KV cache filled to N positions (a
+GPT-2-small-shaped model with a longer position table, so N can exceed 1,024) for the
+reference forward and the fast decoder, and puts each next to its roofline prediction, bytes
+moved / bandwidth.
+
+Writes ``benchmarks/results/decode_<device>.json``: the keys chapter 2 reads
+(``tokens_per_s`` of the four reference generators and Hugging Face, ``ratios``,
+``bandwidth_bound_tokens_per_s``, ``step_vs_context``, ...) plus ``fast_decoder``,
+``weight_layouts`` and ``step_breakdown``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, median, read_bandwidth, time_call, write  # noqa: E402
+from _common import machine, median, read_bandwidth, sync, write  # noqa: E402
 
-from gpt2k3.gpt2 import GPT, GPTConfig, generate  # noqa: E402
+from gpt2k3.gpt2 import GPT, FastDecoder, GPTConfig, generate  # noqa: E402
 from gpt2k3.kv_cache import KVCache  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FAST = "fast decoder"
+#: a model small enough for a smoke run in seconds (``--tiny``)
+TINY = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=211, n_positions=64)
 
 
 def weight_bytes_per_token(model: GPT) -> int:
@@ -50,18 +77,29 @@ def cache_bytes_per_token(config: GPTConfig, context: float, dtype_bytes: int) -
     return 2 * config.n_layer * config.n_embd * context * dtype_bytes
 
 
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def bench_generators(args, device, dtype) -> dict:
     from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(bos_token_id=0, eos_token_id=0)).eval()
-    ours = GPT.from_hf_state_dict(hf.state_dict(), n_head=12)
+    hf_config = GPT2Config(bos_token_id=0, eos_token_id=0, **(TINY if args.tiny else {}))
+    hf = GPT2LMHeadModel(hf_config).eval()
+    ours = GPT.from_hf_state_dict(hf.state_dict(), n_head=hf_config.n_head)
     hf, ours = hf.to(device=device, dtype=dtype), ours.to(device=device, dtype=dtype)
     prompt = torch.randint(0, ours.config.vocab_size, (args.batch, args.prompt),
                            generator=torch.Generator().manual_seed(1)).to(device)
     n = args.new_tokens
+    start = time.perf_counter()
+    fast = FastDecoder(ours, max_len=args.prompt + n, batch=args.batch)
+    sync(device)
+    pack_seconds = time.perf_counter() - start
 
     def hf_generate():
         return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
@@ -72,45 +110,135 @@ def bench_generators(args, device, dtype) -> dict:
         "concatenating cache": lambda: generate(ours, prompt, n, temperature=0, cache_impl="concat"),
         "preallocated cache": lambda: generate(ours, prompt, n, temperature=0),
         "Hugging Face generate": hf_generate,
+        FAST: lambda: fast.generate(prompt, n, temperature=0),
     }
+    rounds = max(args.runs, args.runs_no_cache)
+    runs = {name: [] for name in generators}
+    bandwidth_samples = []
     with torch.no_grad():
-        outputs = {name: fn() for name, fn in generators.items()}
-        identical = all(torch.equal(outputs["preallocated cache"], o) for o in outputs.values())
-        runs = {}
-        for name, fn in generators.items():
-            r = args.runs_no_cache if name == "no cache" else args.runs
-            print(f"  {name}: {r} runs", flush=True)
-            runs[name] = time_call(fn, r, device, warmup=0)
+        outputs = {name: fn() for name, fn in generators.items()}  # also the warm-up
+        identical = {name: bool(torch.equal(outputs["preallocated cache"], o)) for name, o in outputs.items()}
+        for r in range(rounds):
+            bandwidth_samples.append(read_bandwidth(device, nbytes=args.bandwidth_bytes, runs=3))
+            for name, fn in generators.items():
+                if r < (args.runs_no_cache if name == "no cache" else args.runs):
+                    runs[name].append(timed(lambda: (fn(), sync(device))))
+            print(f"  round {r + 1}/{rounds}: " + ", ".join(
+                f"{name} {args.batch * n / runs[name][-1]:.1f}" for name in generators
+                if len(runs[name]) == r + 1) + " tokens/s", flush=True)
     tps = {name: args.batch * n / median(t) for name, t in runs.items()}
 
-    bandwidth = read_bandwidth(device)
+    bandwidth = median(bandwidth_samples)
     w_bytes = weight_bytes_per_token(ours)
     avg_ctx = args.prompt + (n - 1) / 2
     step_bytes = w_bytes + args.batch * cache_bytes_per_token(ours.config, avg_ctx, dtype.itemsize)
     bound_tps = args.batch * bandwidth / step_bytes
-    pre = tps["preallocated cache"]
+    pre, hf_tps, fast_tps = tps["preallocated cache"], tps["Hugging Face generate"], tps.pop(FAST)
+    fast_runs = runs.pop(FAST)
     return {
-        "tokens_identical": identical,
+        "tokens_identical": all(identical.values()),
+        "tokens_identical_by_generator": identical,
         "runs_seconds": runs,
         "tokens_per_s": tps,
         "read_bandwidth_bytes_per_s": bandwidth,
+        "read_bandwidth_samples": bandwidth_samples,
         "weight_bytes_per_step": w_bytes,
         "cache_bytes_per_step_at_average_context": step_bytes - w_bytes,
         "average_context": avg_ctx,
         "bandwidth_bound_tokens_per_s": bound_tps,
         "ratios": {
-            "preallocated / Hugging Face": pre / tps["Hugging Face generate"],
+            "preallocated / Hugging Face": pre / hf_tps,
             "preallocated / no cache": pre / tps["no cache"],
             "preallocated / concatenating": pre / tps["concatenating cache"],
             "preallocated / bandwidth bound": pre / bound_tps,
+            "fast / Hugging Face": fast_tps / hf_tps,
+            "fast / preallocated": fast_tps / pre,
+            "fast / bandwidth bound": fast_tps / bound_tps,
         },
+        "fast_decoder": {
+            "name": "gpt2k3.gpt2.FastDecoder",
+            "tokens_per_s": fast_tps,
+            "runs_seconds": fast_runs,
+            "pack_seconds": pack_seconds,
+            "nbytes": fast.nbytes,
+            "step_bytes_at_average_context": step_bytes,
+            "effective_bytes_per_s": fast_tps / args.batch * step_bytes,
+        },
+        "_model": ours,  # for the later parts; removed before writing
+        "_fast": fast,
     }
 
 
+def bench_layouts(args, device, dtype, config: GPTConfig) -> list[dict]:
+    """Bandwidth of one matrix-vector product for each weight shape of the model, stored
+    ``(out, in)`` (``F.linear``) and ``(in, out)`` (``x @ W_t``), streamed from memory."""
+    C, V = config.n_embd, config.vocab_size
+    shapes = {"attention q/k/v (c_attn)": (3 * C, C), "attention output (c_proj)": (C, C),
+              "MLP up (c_fc)": (4 * C, C), "MLP down (c_proj)": (C, 4 * C), "tied head (wte)": (V, C)}
+    rows = []
+    for name, (out_f, in_f) in shapes.items():
+        nbytes = out_f * in_f * dtype.itemsize
+        copies = max(2, math.ceil(args.layout_stream_bytes / nbytes))  # more than the caches hold
+        g = torch.Generator().manual_seed(out_f + in_f)
+        w0 = torch.randn(out_f, in_f, generator=g).to(device=device, dtype=dtype)
+        ws = [w0.clone() for _ in range(copies)]  # distinct copies: each product reads memory
+        wts = [w.t().contiguous() for w in ws]
+        x = torch.randn(args.batch, in_f, generator=g).to(device=device, dtype=dtype)
+        fns = {"(out, in): F.linear(x, W)": lambda: [F.linear(x, w) for w in ws],
+               "(in, out): x @ W_t": lambda: [x @ w for w in wts]}
+        times = {k: [] for k in fns}
+        for fn in fns.values():
+            fn()
+        for _ in range(args.layout_runs):
+            for k, fn in fns.items():
+                times[k].append(timed(lambda: (fn(), sync(device))))
+        row = {"weight": name, "out": out_f, "in": in_f, "copies": copies,
+               "bytes_per_s": {k: copies * nbytes / median(t) for k, t in times.items()}}
+        rows.append(row)
+        print(f"  {name:28s} ({out_f} x {in_f}): " + ", ".join(
+            f"{k} {v / 1e9:.1f} GB/s" for k, v in row["bytes_per_s"].items()), flush=True)
+        del w0, ws, wts
+    return rows
+
+
+def bench_step_breakdown(args, device, fast: FastDecoder) -> dict:
+    """One fast decode step against its weight products alone, side by side."""
+    pos = args.prompt
+    fast._prefill(torch.zeros(args.batch, args.prompt, dtype=torch.long, device=device))
+    tok = torch.zeros(args.batch, dtype=torch.long, device=device)
+    xs = {n: torch.randn(args.batch, n, dtype=fast.dtype, device=device)
+          for n in {w.shape[0] for L in fast.layers for w in (L["w_qkv"], L["w_o"], L["w_fc"], L["w_mp"])}}
+
+    def products():
+        for L in fast.layers:
+            for w in (L["w_qkv"], L["w_o"], L["w_fc"], L["w_mp"]):
+                xs[w.shape[0]] @ w
+        xs[fast.head.shape[0]] @ fast.head
+
+    fns = {"step": lambda: fast._step(tok, pos), "weight products only": products}
+    times = {k: [] for k in fns}
+    with torch.no_grad():
+        for fn in fns.values():
+            fn()
+        for _ in range(args.step_runs):
+            for k, fn in fns.items():
+                times[k].append(timed(lambda: (fn(), sync(device))))
+    weights = sum(w.numel() * w.element_size() for L in fast.layers
+                  for w in (L["w_qkv"], L["w_o"], L["w_fc"], L["w_mp"])) + fast.head.numel() * fast.head.element_size()
+    step, prods = median(times["step"]), median(times["weight products only"])
+    print(f"  fast step {1e3 * step:.2f} ms, its weight products alone {1e3 * prods:.2f} ms", flush=True)
+    return {"context": pos + 1, "step_seconds": step, "weight_products_seconds": prods,
+            "other_seconds": step - prods, "weight_bytes": weights,
+            "weight_products_bytes_per_s": weights / prods, "samples": times}
+
+
 def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
-    """Median time of one decode step against a cache filled to N positions."""
+    """Median time of one decode step against a cache filled to N positions (reference
+    forward and fast decoder, sampled in turn)."""
     contexts = [c for c in args.contexts if c < args.max_context]
-    config = GPTConfig(block_size=args.max_context, vocab_size=50257)
+    base = dict(n_layer=TINY["n_layer"], n_head=TINY["n_head"], n_embd=TINY["n_embd"]) if args.tiny else {}
+    config = GPTConfig(block_size=args.max_context, vocab_size=TINY["vocab_size"] if args.tiny else 50257,
+                       **base)
     torch.manual_seed(0)
     model = GPT(config).to(device=device, dtype=dtype).eval()
     w_bytes = weight_bytes_per_token(model)
@@ -118,25 +246,34 @@ def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
     with torch.no_grad():
         for n in contexts:
             cache = KVCache.for_model(config, batch=args.batch, max_len=n + 1, dtype=dtype, device=device)
-            for k, v in zip(cache.k, cache.v):  # a filled cache: contents do not change the cost
-                k.normal_()
-                v.normal_()
+            fast = FastDecoder(model, max_len=n + 1, batch=args.batch)
+            for buf in (*cache.k, *cache.v, *fast.k, *fast.v):  # filled: contents do not change the cost
+                buf.normal_()
             tok = torch.zeros(args.batch, 1, dtype=torch.long, device=device)
 
             def step():
                 cache.length = n
                 model(tok, cache=cache)
 
-            t = median(time_call(step, args.step_runs, device, warmup=2))
+            fns = {"reference": step, "fast": lambda: fast._step(tok[:, 0], n)}
+            times = {k: [] for k in fns}
+            for fn in fns.values():
+                for _ in range(2):
+                    fn()
+            for _ in range(args.step_runs):
+                for k, fn in fns.items():
+                    times[k].append(timed(lambda: (fn(), sync(device))))
+            t, t_fast = median(times["reference"]), median(times["fast"])
             moved = w_bytes + args.batch * cache_bytes_per_token(config, n, dtype.itemsize)
-            rows.append({"context": n, "seconds": t, "bytes_moved": moved,
+            rows.append({"context": n, "seconds": t, "fast_seconds": t_fast, "bytes_moved": moved,
                          "roofline_seconds": moved / bandwidth})
-            print(f"  step at N={n}: {1e3 * t:.2f} ms (roofline {1e3 * moved / bandwidth:.2f} ms)",
-                  flush=True)
+            print(f"  step at N={n}: reference {1e3 * t:.2f} ms, fast {1e3 * t_fast:.2f} ms "
+                  f"(roofline {1e3 * moved / bandwidth:.2f} ms)", flush=True)
+            del cache, fast
     return rows
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -147,31 +284,76 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--runs-no-cache", type=int, default=3)
     ap.add_argument("--step-runs", type=int, default=9)
+    ap.add_argument("--layout-runs", type=int, default=7)
+    ap.add_argument("--layout-stream-bytes", type=int, default=1 << 29,
+                    help="bytes of weight copies streamed per layout sample (default 512 MiB)")
+    ap.add_argument("--bandwidth-bytes", type=int, default=1 << 29,
+                    help="buffer summed to measure read bandwidth (default 512 MiB)")
     ap.add_argument("--contexts", type=int, nargs="+",
                     default=[16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768])
     ap.add_argument("--max-context", type=int, default=32769)
     ap.add_argument("--quick", action="store_true", help="tiny run to check the script works")
+    ap.add_argument("--tiny", action="store_true",
+                    help="a 2-layer, 64-wide model instead of GPT-2 small (smoke tests only)")
     ap.add_argument("--out", default=None, help="results file name (default decode_<device>.json)")
     args = ap.parse_args(argv)
     if args.quick:
         args.new_tokens, args.runs, args.runs_no_cache, args.step_runs = 16, 1, 1, 2
+        args.layout_runs = 2
+        args.layout_stream_bytes = min(args.layout_stream_bytes, 1 << 26)
+        args.bandwidth_bytes = min(args.bandwidth_bytes, 1 << 26)
         args.contexts, args.max_context = [16, 256], 257
+    if args.tiny:
+        args.max_context = min(args.max_context, TINY["n_positions"])
+        args.new_tokens = min(args.new_tokens, TINY["n_positions"] - args.prompt)
+    return args
+
+
+def run(args) -> dict:
+    """Every part of the benchmark; returns the payload (written by :func:`main`)."""
     torch.set_num_threads(args.threads)
     device, dtype = args.device, DTYPES[args.dtype]
+    load_start = os.getloadavg()[0]
+    start = time.perf_counter()
     print(f"decode benchmark on {device} ({args.dtype}, {torch.get_num_threads()} threads)", flush=True)
     gen = bench_generators(args, device, dtype)
+    model, fast = gen.pop("_model"), gen.pop("_fast")
+    layouts = []  # on a GPU one small product is a kernel launch, not a memory stream: CPU only
+    if device == "cpu":
+        print("weight layouts (one matrix-vector product, streamed from memory):", flush=True)
+        layouts = bench_layouts(args, device, dtype, model.config)
+    print("step breakdown:", flush=True)
+    breakdown = bench_step_breakdown(args, device, fast)
+    del model, fast
+    print("one step against a filled cache:", flush=True)
     steps = bench_step_vs_context(args, device, dtype, gen["read_bandwidth_bytes_per_s"])
-    payload = {"machine": machine(device), "quick": args.quick,
-               "config": {k: v for k, v in vars(args).items() if k not in ("quick", "out")},
-               "model": "GPT-2 small (random weights), vocab 50257", **gen, "step_vs_context": steps}
-    path = write(args.out or f"decode_{device.split(':')[0]}.json", payload)
-    for name, v in gen["tokens_per_s"].items():
-        print(f"{name:>24}: {v:8.2f} tokens/s")
-    print(f"{'bandwidth bound':>24}: {gen['bandwidth_bound_tokens_per_s']:8.2f} tokens/s "
-          f"({gen['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s)")
-    for name, r in gen["ratios"].items():
-        print(f"{name:>32}: {r:.2f}")
-    print(f"wrote {path}")
+    info = machine(device)
+    # on a shared machine other jobs slow everything: record how busy it was
+    info["load_average_1min"] = {"start": load_start, "end": os.getloadavg()[0]}
+    return {"machine": info, "quick": args.quick, "tiny": args.tiny,
+            "config": {k: v for k, v in vars(args).items() if k not in ("quick", "out", "tiny")},
+            "model": ("tiny GPT-2-shaped model (random weights)" if args.tiny
+                      else "GPT-2 small (random weights), vocab 50257"),
+            **gen, "weight_layouts": layouts, "step_breakdown": breakdown, "step_vs_context": steps,
+            "wall_s": time.perf_counter() - start}
+
+
+def summary_lines(payload: dict) -> list[str]:
+    tps = dict(payload["tokens_per_s"])
+    tps[FAST] = payload["fast_decoder"]["tokens_per_s"]
+    lines = [f"{name:>24}: {v:8.2f} tokens/s" for name, v in tps.items()]
+    lines.append(f"{'bandwidth bound':>24}: {payload['bandwidth_bound_tokens_per_s']:8.2f} tokens/s "
+                 f"({payload['read_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s)")
+    lines += [f"{name:>32}: {r:.2f}" for name, r in payload["ratios"].items()]
+    return lines
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    payload = run(args)
+    path = write(args.out or f"decode_{args.device.split(':')[0]}.json", payload)
+    print("\n".join(summary_lines(payload)))
+    print(f"wrote {path} in {payload['wall_s']:.0f} s")
 
 
 if __name__ == "__main__":

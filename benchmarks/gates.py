@@ -19,7 +19,9 @@ included) for chapter 6 to read:
 3. **Cost.** Seconds per forward of ``chunkwise`` for DeltaNet, Gated DeltaNet and KDA (and the
    token-by-token ``recurrent`` form) at several lengths, one head configuration, medians of
    ``--repeats`` runs sampled in turn, so the ratios (KDA / Gated DeltaNet: the price of a decay
-   per channel) are measured side by side.
+   per channel, which KDA's chunkwise form pays with ``log2 C`` levels of factorised matrix
+   products instead of a ``C x C x Dk`` decay tensor) are measured side by side; every sample
+   and the ratios are written too.
 
     python benchmarks/gates.py            # full run, about 1-2 minutes on an idle 2-core CPU
     python benchmarks/gates.py --quick    # a smoke run (same file, marked "quick")
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -176,7 +179,9 @@ def cost(quick: bool, repeats: int) -> dict:
     lengths = [1024] if quick else [1024, 4096, 16384]
     recurrent_max = 1024 if quick else 4096
     out = {"B": B, "H": H, "D": D, "chunk_size": 64, "dtype": "float32", "lengths": lengths,
-           "seconds": {}}
+           "seconds": {}, "samples": {},
+           "ratios": {"KDA chunkwise / Gated DeltaNet chunkwise": {},
+                      "Gated DeltaNet chunkwise / DeltaNet chunkwise": {}}}
     for T in lengths:
         g = torch.Generator().manual_seed(T)
         q = F.normalize(torch.randn(B, H, T, D, generator=g), dim=-1)
@@ -202,6 +207,11 @@ def cost(quick: bool, repeats: int) -> dict:
         med = {name: statistics.median(ts) for name, ts in times.items()}
         for name, s in med.items():
             out["seconds"].setdefault(name, {})[str(T)] = s
+            out["samples"].setdefault(name, {})[str(T)] = times[name]
+        out["ratios"]["KDA chunkwise / Gated DeltaNet chunkwise"][str(T)] = (
+            med["KDA chunkwise"] / med["Gated DeltaNet chunkwise"])
+        out["ratios"]["Gated DeltaNet chunkwise / DeltaNet chunkwise"][str(T)] = (
+            med["Gated DeltaNet chunkwise"] / med["DeltaNet chunkwise"])
         print(f"  T={T:6d} " + "  ".join(f"{n}: {s * 1e3:8.1f} ms" for n, s in med.items())
               + f"  KDA/GDN {med['KDA chunkwise'] / med['Gated DeltaNet chunkwise']:.2f}", flush=True)
     return out
@@ -216,13 +226,17 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     repeats = 2 if args.quick else args.repeats
+    load_start = os.getloadavg()[0]
     print("oracles (largest absolute differences):", flush=True)
     oracles = oracle_cases(args.quick)
     print("stability:", flush=True)
     stab = stability(args.quick)
     print("cost (seconds per forward, median):", flush=True)
     timing = cost(args.quick, repeats)
-    payload = {"machine": machine("cpu"), "quick": args.quick, "repeats": repeats,
+    info = machine("cpu")
+    # other jobs on a shared machine slow every method alike (they run in turn), but record it
+    info["load_average_1min"] = {"start": load_start, "end": os.getloadavg()[0]}
+    payload = {"machine": info, "quick": args.quick, "repeats": repeats,
                "oracles": oracles, "stability": stab, "cost": timing}
     print(f"wrote {write('gates_cpu.json', payload)}")
 

@@ -68,8 +68,8 @@ def test_crossover_is_where_cache_equals_weights():
     n1 = bf16.args[0]["y"][0][0]
     w, c = weight_and_cache_bytes(GPT2_SMALL, round(n1), 1)
     assert abs(c / w - 1) < 1e-3
-    assert fp8.args[0]["y"][0][0] == pytest.approx(2 * n1)       # half the bytes, twice the tokens
-    assert bf16.args[0]["y"][0][1] == pytest.approx(n1 / 8)      # 8 sequences share the weights
+    assert fp8.args[0]["y"][0][0] == pytest.approx(2 * n1, rel=1e-5)       # half the bytes, twice the tokens
+    assert bf16.args[0]["y"][0][1] == pytest.approx(n1 / 8, rel=1e-5)      # 8 sequences share the weights
 
 
 def test_cache_explorer_renders_and_rejects_empty_choice():
@@ -87,5 +87,5 @@ def test_cache_explorer_renders_and_rejects_empty_choice():
 def test_benchmark_results_plot():
     r = json.loads((RESULTS / "decode_cpu.json").read_text())
     assert r["tokens_identical"] is True
-    assert len(F.decode_speed(r).data[0].y) == 4
+    assert len(F.decode_speed(r).data[0].y) == len(r["tokens_per_s"]) + ("fast_decoder" in r)
     assert len(F.decode_roofline({"CPU": r}).data) == 2

@@ -369,3 +369,59 @@ def test_low_precision_inputs():
     o16, S16 = gated_delta.chunkwise(*(x.bfloat16() for x in (q, k, v, beta, la)), chunk_size=16)
     assert o16.dtype == torch.bfloat16 and S16.dtype == torch.float32
     torch.testing.assert_close(o16.float(), o32, atol=0.05, rtol=0.05)
+
+
+# --------------------------------------------------------------------------- KDA's factorised scores
+
+
+def _explicit_channel_scores(q, k, log_alpha):
+    """The definition: A[i, j] = sum_d k_i k_j exp(g_i - g_j) (j < i), P the same with q (j <= i)."""
+    g = log_alpha.double().clamp_min(-1e4).cumsum(-2)  # no -inf - -inf
+    C = q.shape[-2]
+    diff = g.unsqueeze(-2) - g.unsqueeze(-3)  # [i, j] = g_i - g_j
+    lower = torch.ones(C, C, dtype=torch.bool).tril()
+    decay = diff.masked_fill(~lower.unsqueeze(-1), float("-inf")).exp()
+    A = ((k.double().unsqueeze(-2) * k.double().unsqueeze(-3)) * decay).sum(-1).tril(-1)
+    P = ((q.double().unsqueeze(-2) * k.double().unsqueeze(-3)) * decay).sum(-1)
+    return A, P, g.exp(), (g[..., -1:, :] - g).exp()
+
+
+@pytest.mark.parametrize("C", [1, 2, 3, 16, 17, 64])
+@pytest.mark.parametrize("max_decay", [0.05, 3.0, 30.0])
+def test_channel_decays_equal_the_definition(C, max_decay):
+    """The halving factorisation gives the per-pair decayed scores, for any chunk length."""
+    g = torch.Generator().manual_seed(C)
+    q, k = (torch.randn(2, 3, C, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    la = -max_decay * torch.rand(2, 3, C, 5, generator=g, dtype=torch.float64)
+    got = delta._channel_decays(q, k, la)
+    for a, b in zip(got, _explicit_channel_scores(q, k, la)):
+        assert torch.isfinite(a).all()
+        assert_close(a, b)
+
+
+def test_channel_decays_float32_keep_digits_after_strong_decays():
+    """Products of per-token decays, never differences of large cumulative sums: a tiny decay
+    right after a huge one is as precise as anywhere else (float32 against float64)."""
+    g = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(4, 64, 8, generator=g) for _ in range(2))
+    la = -1e-3 * torch.rand(4, 64, 8, generator=g)
+    la[:, :20] = -40.0  # the chunk's first 20 tokens wipe everything before them
+    la[1, 30] = float("-inf")  # a full reset mid-chunk
+    got = delta._channel_decays(q, k, la)
+    for a, b in zip(got, _explicit_channel_scores(q, k, la)):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a.double(), b, atol=2e-6, rtol=2e-6)
+
+
+def test_channel_decays_grad_path_equals_in_place_path():
+    """With autograd recording, the factors are updated out of place; same values."""
+    g = torch.Generator().manual_seed(8)
+    q, k = (torch.randn(3, 12, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    la = -torch.rand(3, 12, 4, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        plain = delta._channel_decays(q, k, la)
+    tracked = delta._channel_decays(q.requires_grad_(), k, la.requires_grad_())
+    for a, b in zip(tracked, plain):
+        assert_close(a.detach(), b)
+    sum(x.sum() for x in tracked).backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(la.grad).all()

@@ -185,9 +185,11 @@ def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
 
 
 def decode_speed(result: Mapping) -> go.Figure:
-    """Measured tokens/s of the four decoders (from ``benchmarks/results/decode_*.json``)
-    against the memory-bandwidth bound."""
-    tps = result["tokens_per_s"]
+    """Measured tokens/s of the decoders (from ``benchmarks/results/decode_*.json``): the four
+    of the chapter and, where the run has it, the fast decoder; against the bandwidth bound."""
+    tps = dict(result["tokens_per_s"])
+    if "fast_decoder" in result:
+        tps["fast decoder"] = result["fast_decoder"]["tokens_per_s"]
     names = list(tps)
     fig = go.Figure(go.Bar(x=names, y=[tps[n] for n in names], marker_color=PALETTE[0],
                            text=[f"{tps[n]:.1f}" for n in names], textposition="outside",

@@ -68,6 +68,7 @@ import operator
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .._validate import (
     check_chunk_size,
@@ -166,6 +167,8 @@ def _pairwise_decay(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     The exponent is ``<= 0`` where it is kept and may be hugely positive where it is not, so those
     positions are set to ``-inf`` *before* exponentiating: no ``exp`` of a positive number is
     ever taken. The differences are formed in ``g``'s (high) precision, then rounded to ``dtype``.
+    Used for one decay per head (``G = 1``); per-channel decays go through
+    :func:`_channel_decayed_scores`, which never forms this ``C x C x Dk`` tensor.
     """
     C = g.shape[-2]
     diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).to(dtype)  # [i, j] = g_i - g_j
@@ -174,18 +177,85 @@ def _pairwise_decay(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _decayed_scores(x: torch.Tensor, y: torch.Tensor, decay: torch.Tensor | None) -> torch.Tensor:
-    r"""Scores ``M[i, j] = sum_d x_i[d] y_j[d] decay[i, j, d]`` (``x_i . y_j`` if ``decay`` is None).
+    r"""Scores ``M[i, j] = (x_i . y_j) decay[i, j]`` for no decay or one decay per head.
 
     Callers apply the causal mask (``tril``) they need. With one decay per head (``G = 1``) the
-    factor comes out of the dot product; with one per channel it cannot, and the product is taken
-    as a batch of small matrix-vector products.
+    factor comes out of the dot product.
     """
     if decay is None:
         return x @ y.transpose(-1, -2)
-    if decay.shape[-1] == 1:
-        return (x @ y.transpose(-1, -2)) * decay.squeeze(-1)
-    # (..., i, j, d) @ (..., i, d, 1) -> (..., i, j, 1)
-    return ((decay * y.unsqueeze(-3)) @ x.unsqueeze(-1)).squeeze(-1)
+    return (x @ y.transpose(-1, -2)) * decay.squeeze(-1)
+
+
+def _channel_decays(q: torch.Tensor, k: torch.Tensor, log_alpha: torch.Tensor):
+    r"""Per-channel decays of a batch of chunks, as matrix products: ``(A, P, to_start, to_end)``.
+
+    ``q, k`` and ``log_alpha`` are ``(..., C, Dk)``, in the compute dtype. With
+    ``g_i = sum_{s<=i} log_alpha_s`` the chunk-local cumulative log-decay, returns
+
+    * ``A[i, j] = sum_d k_i[d] k_j[d] exp(g_i[d] - g_j[d])`` for ``j < i``, 0 elsewhere;
+    * ``P[i, j] = sum_d q_i[d] k_j[d] exp(g_i[d] - g_j[d])`` for ``j <= i``, 0 elsewhere;
+    * ``to_start = exp(g)`` and ``to_end = exp(g_C - g)``, each ``(..., C, Dk)``.
+
+    (``log_alpha = -inf``, a full reset, is fine here: its factor is ``exp(-inf) = 0``.)
+
+    With a decay per channel the factor ``exp(g_i - g_j)`` cannot leave the dot product, and
+    forming it for every pair costs a ``C x C x Dk`` tensor. It does factor through any
+    reference token ``r`` between ``j`` and ``i``:
+    ``exp(g_i - g_j) = exp(g_i - g_r) exp(g_r - g_j)``, and then the block of all queries after
+    ``r`` against all keys up to ``r`` is one matrix product of ``q * exp(g - g_r)`` with
+    ``k * exp(g_r - g)`` (the GLA / Kimi Linear factorisation). A reference *between* ``j`` and
+    ``i`` keeps both exponents ``<= 0``: neither factor can overflow, and a factor that
+    underflows only hides a product smaller than itself. One reference for the whole chunk
+    cannot do that (one side would need ``exp`` of a positive number, which overflows for strong
+    decays), so the chunk is split in halves, recursively: at each level, the right half of
+    every block against its left half, referenced at the left half's last token. Every pair
+    ``j < i`` meets exactly once, in the block where they part, so ``log2 C`` levels of batched
+    matrix products and ``O(C Dk log C)`` exponentials replace ``C^2 Dk`` of each.
+
+    The factors themselves are products of per-token decays ``alpha = exp(log_alpha)`` over a
+    stretch of tokens, built level by level from the level below: within a right half, the
+    product from its first token to ``i``; within a left half, from after ``j`` to its last
+    token. Products of numbers in ``[0, 1]`` never overflow, and no ``g_i - g_j`` of two large
+    cumulative sums is ever formed, so each factor is accurate to a few units in the last place
+    of its own size, in the compute dtype, however strong the decay before it. After the last
+    level they are the decays from the chunk's start and to its end. A chunk whose length is not
+    a power of two is padded with empty tokens (zero ``q, k``, no decay).
+    """
+    C, D = q.shape[-2], q.shape[-1]
+    Cp = 1 << (C - 1).bit_length()  # the next power of two
+    if Cp != C:
+        q, k, log_alpha = (F.pad(x, (0, 0, 0, Cp - C)) for x in (q, k, log_alpha))
+    lead, nd = q.shape[:-2], q.ndim - 2
+    # autograd needs the factors it saved unchanged: update them out of place when it records
+    in_place = not (torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, log_alpha)))
+    rows = torch.stack([k, q], dim=-3)  # (..., 2, Cp, D): the rows of A and of P
+    M = q.new_zeros(*lead, 2, Cp, Cp)
+    pre = log_alpha.exp()  # product of alpha from the start of each block of h tokens to i
+    suf = torch.ones_like(pre)  # product of alpha after j to the end of its block of h tokens
+    h = 1
+    while h < Cp:
+        n = Cp // (2 * h)  # blocks of 2h tokens, each a left and a right half of h tokens
+        pv, sv = pre.view(*lead, n, 2, h, D), suf.view(*lead, n, 2, h, D)
+        from_ref, to_ref = pv[..., 1, :, :], sv[..., 0, :, :]  # exp(g_i - g_ref), exp(g_ref - g_j)
+        keys = k.view(*lead, n, 2, h, D)[..., 0, :, :] * to_ref
+        queries = rows.view(*lead, 2, n, 2, h, D)[..., 1, :, :] * from_ref.unsqueeze(-4)
+        blocks = queries @ keys.unsqueeze(-4).transpose(-1, -2)  # (..., 2, n, h, h)
+        # block b of M holds rows b*2h + h + r against columns b*2h + c
+        tiles = M.view(*lead, 2, n, 2, h, n, 2, h).diagonal(dim1=nd + 1, dim2=nd + 4)
+        tiles[..., 1, :, 0, :, :].copy_(blocks.movedim(-3, -1))
+        # one level up: a left half's products gain the right half's whole product, and the
+        # right half's products the left half's
+        right_all, left_all = pv[..., 1, h - 1 : h, :], pv[..., 0, h - 1 : h, :]
+        if in_place:
+            sv[..., 0, :, :] *= right_all
+            pv[..., 1, :, :] *= left_all
+        else:
+            suf = torch.stack([sv[..., 0, :, :] * right_all, sv[..., 1, :, :]], dim=-3).view_as(suf)
+            pre = torch.stack([pv[..., 0, :, :], pv[..., 1, :, :] * left_all], dim=-3).view_as(pre)
+        h *= 2
+    M[..., 1, :, :].diagonal(dim1=-2, dim2=-1).copy_((q * k).sum(-1))  # P[i, i] = q_i . k_i
+    return M[..., 0, :C, :C], M[..., 1, :C, :C], pre[..., :C, :], suf[..., :C, :]
 
 
 def _gate_dtype(t: torch.Tensor) -> torch.dtype:
@@ -241,27 +311,34 @@ def _intra_chunk(q, k, v, beta, log_alpha):
 
     Returns ``(W, U, q_dec, P, k_tail, chunk_decay)``: ``q_dec = Q * exp(g)``,
     ``k_tail = K * exp(g_C - g)`` and ``chunk_decay = exp(g_C)`` of shape ``(BH, N, G, 1)``
-    (``q_dec = Q``, ``k_tail = K`` and ``chunk_decay = None`` without gates). Every exponent is
-    ``<= 0`` (see ``_pairwise_decay``), so nothing overflows however strong the decay.
+    (``q_dec = Q``, ``k_tail = K`` and ``chunk_decay = None`` without gates). Every decay factor
+    is at most 1 (see ``_pairwise_decay`` for one decay per head and ``_channel_decays`` for one
+    per channel, which never forms the ``C x C x Dk`` pairwise factors), so nothing overflows
+    however strong the decay.
     """
+    if log_alpha is not None and log_alpha.shape[-1] > 1:  # KDA: a decay per key channel
+        A, P, to_start, to_end = _channel_decays(q, k, log_alpha.to(q.dtype))
+    else:  # no decay, or one per head: it leaves the dot products
+        decay = None
+        if log_alpha is not None:
+            g = log_alpha.to(_gate_dtype(q)).clamp_min(_LOG_ALPHA_FLOOR).cumsum(-2)  # (..., C, 1)
+            decay = _pairwise_decay(g, q.dtype)
+            to_start = g.exp().to(q.dtype)  # decay from the chunk's start to token i
+            to_end = (g[..., -1:, :] - g).exp().to(q.dtype)  # from token j to the chunk's end
+        A = _decayed_scores(k, k, decay)
+        P = _decayed_scores(q, k, decay).tril_()
     if log_alpha is None:
-        decay, chunk_decay = None, None
+        chunk_decay = None
         q_dec, k_dec, k_tail = q, k, k
     else:
-        la = log_alpha.to(_gate_dtype(q)).clamp_min(_LOG_ALPHA_FLOOR)
-        g = la.cumsum(-2)  # (..., C, G), non-increasing, <= 0
-        decay = _pairwise_decay(g, q.dtype)  # (..., C, C, G)
-        to_start = g.exp().to(q.dtype)  # decay from the chunk's start to token i
-        to_end = (g[..., -1:, :] - g).exp().to(q.dtype)  # decay from token j to the chunk's end
         q_dec, k_dec, k_tail = q * to_start, k * to_start, k * to_end
         chunk_decay = to_start[..., -1, :].unsqueeze(-1)  # (..., G, 1): decay over the chunk
 
     # The UT transform: T_ut = (I + tril(diag(beta) A, -1))^{-1} diag(beta). Only the strictly
     # lower triangle is read, so no mask; diag(beta) on the right scales the columns.
-    T_ut = _unit_lower_inverse(beta.unsqueeze(-1) * _decayed_scores(k, k, decay))
+    T_ut = _unit_lower_inverse(beta.unsqueeze(-1) * A)
     T_ut = T_ut * beta.unsqueeze(-2)
     W, U = T_ut @ k_dec, T_ut @ v
-    P = _decayed_scores(q, k, decay).tril_()
     return W, U, q_dec, P, k_tail, chunk_decay
 
 
@@ -316,7 +393,10 @@ def _chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
     o = q.new_empty(B, H, T, Dv)
     S = S.reshape(BH, Dk, Dv)
     G = 1 if log_alpha is None else log_alpha.shape[-1]
-    per_chunk = BH * (C * C * (G + 2) + Dk * Dv + 4 * C * (Dk + Dv))
+    if G == 1:  # the C x C matrices of a chunk (scores, UT transform, pairwise decay), its vectors
+        per_chunk = BH * (C * C * (G + 2) + Dk * Dv + 4 * C * (Dk + Dv))
+    else:  # per-channel decays: no C x C x Dk tensor, but a dozen (C, D)-sized factors
+        per_chunk = BH * (6 * C * C + Dk * Dv + 12 * C * (Dk + Dv))
     group = max(1, _BLOCK_ELEMENTS // per_chunk) * C  # tokens per group, a multiple of C
 
     full = T - T % C

@@ -25,12 +25,27 @@ that is equal across channels is exactly Gated DeltaNet.
 
 :func:`recurrent` is the definition token by token. :func:`chunkwise` is the WY / UT-transform
 algorithm of :mod:`gpt2k3.mixers.delta` with the decays threaded through it (the same shared core,
-``gpt2k3.mixers.delta._chunked``). It works with chunk-local cumulative log-decays and only
-ever exponentiates differences ``g_i - g_j`` with ``i >= j`` -- values ``<= 0`` -- masking the
-others *before* ``exp``. Each chunk only sees its own cumulative sums, so the result stays finite
-however long the sequence (tested at ``T = 65,536``) and for decays as strong as
-``log_alpha = -20`` per token, where the decay over one chunk, ``e^{-1280}``, is far below the
-smallest float.
+``gpt2k3.mixers.delta._chunked``). Inside a chunk, token ``j``'s write has decayed by
+``exp(g_i - g_j)`` by token ``i``, with ``g`` the chunk-local cumulative log decay:
+
+* **one decay per head** (Gated DeltaNet): the factor is a scalar per pair and leaves the dot
+  products, ``(q_i . k_j) exp(g_i - g_j)``; the ``C x C`` factors are formed from differences
+  of ``g`` (in float64), masked above the diagonal *before* ``exp``, so only exponents ``<= 0``
+  are ever taken;
+* **one decay per key channel** (KDA): the factor differs per channel and cannot leave the dot
+  product. Forming it for every pair and channel would cost a ``C x C x Dk`` tensor. Instead it
+  is split through a reference token ``r`` between ``j`` and ``i``,
+  ``exp(g_i - g_j) = exp(g_i - g_r) exp(g_r - g_j)``, which turns a block of pairs into one
+  matrix product of ``q * exp(g - g_r)`` with ``k * exp(g_r - g)`` (the GLA / Kimi Linear
+  factorisation). A reference between the two keeps both factors ``<= 1``, so nothing can
+  overflow; the chunk is halved recursively so that every pair has one (``log2 C`` levels of
+  batched matrix products; see ``gpt2k3.mixers.delta._channel_decays``). The factors are built
+  as products of per-token decays, never as differences of large cumulative sums, so they keep
+  their precision after strong decays.
+
+Each chunk only sees its own decays, so the result stays finite however long the sequence
+(tested at ``T = 65,536``) and for decays as strong as ``log_alpha = -20`` per token, where the
+decay over one chunk, ``e^{-1280}``, is far below the smallest float.
 """
 
 from __future__ import annotations
