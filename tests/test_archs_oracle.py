@@ -160,7 +160,8 @@ def test_matmul_active_equals_the_weights_a_token_is_multiplied_through(name, re
 
 
 # ----------------------------------------------------------------------------- hf_config
-from gpt2k3.archs import GPT2_SMALL, hf_config, hf_meta_model  # noqa: E402
+from gpt2k3.archs import GPT2_SMALL  # noqa: E402
+from gpt2k3.oracles import hf_config, hf_meta_model, hf_param_counts  # noqa: E402
 
 _SHAPE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
                  "num_hidden_layers", "num_attention_heads", "n_shared_experts", "n_routed_experts",
@@ -193,6 +194,7 @@ def test_hf_meta_model_counts_equal_ours(spec):
     model = hf_meta_model(spec)
     assert next(model.parameters()).device.type == "meta"
     assert _n(model) == count_params(spec).total
+    assert hf_param_counts([spec]) == [count_params(spec).total]
 
 
 @pytest.mark.parametrize("spec", [

@@ -22,6 +22,11 @@ What a spec can describe
   of which each token uses ``top_k``.
 * LayerNorm (weight and bias) or RMSNorm (weight only); learned, rotary or no positions;
   a head tied to the token embedding or not.
+* **What Kimi K3 adds** (see :class:`ArchSpec`): output gates on MLA and full-rank output
+  gates on KDA, KDA's bounded decay, latent experts (routed experts working at a narrower
+  width behind a down/up projection and an RMSNorm), SiTU-GLU, Attention Residuals (a learned
+  softmax over depth instead of the running residual sum), and a vision tower counted on a
+  line of its own.  :data:`PART_COMPONENTS` gives each new piece its own line.
 
 Active parameters
 -----------------
@@ -33,14 +38,24 @@ embeddings, attention and linear-attention layers, dense MLPs, the router, the s
 total.  The tests check it against the modules of the meta-device models.  The published
 "activated" headlines (DeepSeek-V3 37B, Kimi K2 32B, Kimi Linear 3B) match this count *minus*
 the token-embedding table (36.6B, 31.7B, 3.1B), although DeepSeek's weight documentation says
-its 36.7B includes the embedding; the book keeps the table in and says so.  What a token
+its 36.7B includes the embedding; the book keeps the table in and says so
+(:attr:`ParamCount.active_without_embedding` is the published convention).  Kimi K3 follows
+the same rule: its technical report's 104.2B activated (Table 1) is this count minus the
+token-embedding table, 104,189,530,208, with the untied head, the norms, the Attention-Residual
+vectors, the output gates, the latent projections and the two shared experts all in; its
+2.78T total is the language model's 2,779,484,393,568, and stays 2.78T with the vision tower
+(0.45B), which is never active for a text token and is counted apart
+(:attr:`ParamCount.vision`).  What a token
 *reads* and *multiplies* is narrower -- one embedding row, no norm arithmetic to speak of -- and
 is what :func:`decode_bytes_per_token` and :func:`flops_per_token` use
 (``ParamCount.matmul_active``).
 
 DeepSeek-V3's router also carries a per-expert bias (``e_score_correction_bias``, auxiliary-loss-
 free balancing).  It is updated by a rule, not by gradients, and Hugging Face stores it as a
-buffer, not a parameter; it is not counted here (256 numbers per MoE layer).
+buffer, not a parameter; it is not counted here (256 numbers per MoE layer; Kimi K3: 896 per
+MoE layer, 82,432 in all -- too few to move either published figure).  A checkpoint does
+store it: :func:`stored_elements` counts what a released checkpoint holds, packed experts,
+scales and such buffers included.
 
 Hardware, memory and time (chapter 8)
 -------------------------------------
@@ -61,6 +76,9 @@ __all__ = [
     "kv_numbers_per_token", "state_bytes", "state_numbers_per_layer", "decode_bytes_per_token",
     "flops_per_token", "mla_decode_costs", "hybrid_layers", "COMPONENTS", "DETAIL_COMPONENTS",
     "ATTENTION_KINDS",
+    # Kimi K3's pieces
+    "VisionTower", "PART_COMPONENTS", "PART_OF_DETAIL", "kda_layers_from_full_attn",
+    "stored_elements", "kda_log_decay", "kda_log_decay_range",
     # chapter 8: hardware, memory, the roofline and serving plans
     "weights_read_per_step", "Hardware", "H200", "memory_per_sequence", "serving_memory",
     "devices_needed", "max_batch", "Roofline", "roofline", "ServingPlan", "serving_plan",
@@ -83,15 +101,90 @@ _COARSE = {"token embeddings": "token embeddings", "position embeddings": "posit
            "router": "MLP", "shared experts": "MLP", "routed experts": "MLP", "norms": "norms",
            "head": "head"}
 
+#: The finest breakdown, :attr:`ParamCount.parts`: :data:`DETAIL_COMPONENTS` with Kimi K3's
+#: new pieces on lines of their own.  Each entry folds into one entry of
+#: :data:`DETAIL_COMPONENTS` (see :data:`PART_OF_DETAIL`): the output gates into their
+#: attention layers, the latent-MoE projections and their norm into ``"router"`` (the
+#: always-active front of the MoE block, beside the router; they are not routed, so
+#: ``"routed experts"`` stays exactly the experts a token may skip), the Attention-Residual
+#: query vectors and norms into ``"norms"`` (per-layer vectors of ``d_model`` numbers, used
+#: elementwise).  For a spec without K3's pieces the new lines are 0.
+PART_COMPONENTS = ("token embeddings", "position embeddings", "softmax attention",
+                   "softmax-attention output gates", "linear attention",
+                   "linear-attention output gates", "dense MLP", "router", "latent projections",
+                   "shared experts", "routed experts", "attention residuals", "norms", "head")
+
+#: The :data:`DETAIL_COMPONENTS` entry each of :data:`PART_COMPONENTS` belongs to.
+PART_OF_DETAIL = {**{name: name for name in DETAIL_COMPONENTS},
+                  "softmax-attention output gates": "softmax attention",
+                  "linear-attention output gates": "linear attention",
+                  "latent projections": "router", "attention residuals": "norms"}
+
 #: Softmax-attention kinds a spec's ``attention`` field may name.
 ATTENTION_KINDS = ("mha", "gqa", "mla")
 _NORMS = ("layernorm", "rmsnorm")
-_MLPS = ("gelu", "swiglu")
+_MLPS = ("gelu", "swiglu", "situ")
 _POSITIONS = ("learned", "rope", "none")
 
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """A vision encoder released beside a language model, as data: Kimi K3's MoonViT-V2
+    layout (SGLang 0.5.23 ``srt/models/kimi_k3_vl.py``: ``KimiK3VisionTower`` and
+    ``KimiK3MultiModalProjector``).
+
+    A patch convolution (``in_channels x patch_size^2 -> d_model``, no bias), a learned
+    ``pos_emb_height x pos_emb_width x d_model`` position table (the temporal one is a fixed
+    sin-cos buffer, not a parameter), ``n_layer`` pre-norm blocks -- two RMSNorm gains, a fused
+    ``d_model -> 3 qkv_dim`` projection, ``qkv_dim -> d_model``, a two-matrix GELU MLP of width
+    ``d_ff``, all bias-free -- a final RMSNorm, and the projector: ``merge_kernel`` patches
+    concatenated (width ``m = d_model * kh * kw``), ``m -> m``, GELU, ``m -> text d_model``,
+    then an RMSNorm of the text width.  Rotary position in the blocks costs no parameters.
+    """
+
+    n_layer: int
+    d_model: int
+    n_head: int
+    qkv_dim: int
+    d_ff: int
+    patch_size: int
+    pos_emb_height: int
+    pos_emb_width: int
+    merge_kernel: tuple[int, int] = (2, 2)
+    in_channels: int = 3
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        for name in ("n_layer", "d_model", "n_head", "qkv_dim", "d_ff", "patch_size",
+                     "pos_emb_height", "pos_emb_width", "in_channels"):
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        kernel = tuple(self.merge_kernel) if hasattr(self.merge_kernel, "__iter__") else ()
+        if len(kernel) != 2 or any(not _is_int(k) or k <= 0 for k in kernel):
+            raise ValueError(f"merge_kernel must be two positive ints, got {self.merge_kernel!r}")
+        object.__setattr__(self, "merge_kernel", kernel)
+        if self.qkv_dim % self.n_head:
+            raise ValueError(f"qkv_dim ({self.qkv_dim}) must be divisible by n_head "
+                             f"({self.n_head})")
+
+    def params(self, text_d_model: int) -> dict[str, int]:
+        """Parameters by part (``"patch embedding"``, ``"position embedding"``, ``"blocks"``,
+        ``"final norm"``, ``"projector"``) for a language model of width ``text_d_model``."""
+        if not _is_int(text_d_model) or text_d_model <= 0:
+            raise ValueError(f"text_d_model must be a positive int, got {text_d_model!r}")
+        d, q, f = self.d_model, self.qkv_dim, self.d_ff
+        m = d * self.merge_kernel[0] * self.merge_kernel[1]
+        block = 2 * d + d * 3 * q + q * d + 2 * d * f
+        return {"patch embedding": self.in_channels * self.patch_size ** 2 * d,
+                "position embedding": self.pos_emb_height * self.pos_emb_width * d,
+                "blocks": self.n_layer * block,
+                "final norm": d,
+                "projector": m * m + m * text_d_model + text_d_model}
 
 
 @dataclass(frozen=True)
@@ -119,6 +212,31 @@ class ArchSpec:
     Mixture of experts: ``n_routed_experts`` (0: every layer dense), ``n_shared_experts``,
     ``top_k`` routed experts per token, ``d_expert`` (an expert's SwiGLU width) and
     ``first_k_dense`` leading dense layers.
+
+    What Kimi K3 adds (every field defaults to "absent", so a spec that does not set them
+    counts exactly as before):
+
+    * ``mla_output_gate``: a full-rank sigmoid gate on the MLA output, ``g_proj`` of
+      ``d_model x n_head * v_head_dim`` (``mla_use_output_gate``; MLA only).
+    * ``kda_full_rank_gate``: KDA's output gate is one ``d_model x kda_n_head * kda_head_dim``
+      projection (``use_full_rank_gate``) instead of Kimi Linear's low-rank pair
+      ``g_a`` (``d_model x Dk``), ``g_b`` (``Dk x H Dk``).
+    * ``kda_gate_lower_bound``: ``None`` for Kimi Linear's unbounded log-decay
+      ``-exp(A_log) softplus(x + dt_bias)``; a negative number ``b`` for K3's bounded form
+      ``b * sigmoid(exp(A_log) (x + dt_bias))``, in ``(b, 0)`` (``gate_lower_bound``).  Both
+      forms have the same parameters (``A_log`` per head, ``dt_bias`` per channel).
+    * ``moe_latent_dim``: latent MoE (``routed_expert_hidden_size``; 0: none).  The routed
+      experts work at this width: a token is projected ``d_model -> moe_latent_dim`` before
+      them and back after, with an RMSNorm on the latent if ``moe_latent_norm``
+      (``latent_moe_use_norm``).  The router and the shared experts stay at ``d_model``.
+    * ``attn_res_block_size``: Attention Residuals (0: the plain residual stream).  Each
+      sub-layer (attention, feed-forward) reads a softmax mixture over depth instead of the
+      running sum and owns one RMSNorm and one learned query vector (``d_model`` each); the
+      final read before the last norm owns another pair.
+    * ``mlp="situ"``: SiTU-GLU (``beta tanh(g/beta) sigmoid(g) * lb tanh(u/lb)``), the
+      same three matrices as SwiGLU.
+    * ``vision``: a :class:`VisionTower` released with the model, counted on its own line
+      (:attr:`ParamCount.vision`), outside ``total`` and ``active``.
 
     Impossible specs raise ``ValueError`` naming the offending field.
     """
@@ -152,6 +270,13 @@ class ArchSpec:
     top_k: int = 0
     d_expert: int = 0
     first_k_dense: int = 0
+    mla_output_gate: bool = False
+    kda_full_rank_gate: bool = False
+    kda_gate_lower_bound: float | None = None
+    moe_latent_dim: int = 0
+    moe_latent_norm: bool = False
+    attn_res_block_size: int = 0
+    vision: VisionTower | None = None
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
@@ -174,9 +299,16 @@ class ArchSpec:
                                      ("attention", self.attention, ATTENTION_KINDS)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-        for name in ("bias", "tied_embeddings"):
+        for name in ("bias", "tied_embeddings", "mla_output_gate", "kda_full_rank_gate",
+                     "moe_latent_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        for name in ("moe_latent_dim", "attn_res_block_size"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.vision is not None and not isinstance(self.vision, VisionTower):
+            raise ValueError(f"vision must be None or a VisionTower, got {self.vision!r}")
         self._check_attention()
         self._check_kda()
         self._check_moe()
@@ -193,6 +325,9 @@ class ArchSpec:
             if self.attention == "mha" and kv != self.n_head:
                 raise ValueError(f"n_kv_head ({kv}) must equal n_head ({self.n_head}) for "
                                  "attention='mha'; use attention='gqa' to share K/V heads")
+            if self.mla_output_gate:
+                raise ValueError(f"mla_output_gate needs attention='mla', got "
+                                 f"attention={self.attention!r}")
         else:  # mla
             if self.kv_lora_rank <= 0:
                 raise ValueError(f"kv_lora_rank must be positive for attention='mla', "
@@ -221,6 +356,11 @@ class ArchSpec:
         if layers and (self.kda_n_head <= 0 or self.kda_head_dim <= 0):
             raise ValueError("kda_n_head and kda_head_dim must be positive when kda_layers is "
                              f"not empty, got {self.kda_n_head} and {self.kda_head_dim}")
+        bound = self.kda_gate_lower_bound
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))
+                                  or not math.isfinite(bound) or bound >= 0):
+            raise ValueError("kda_gate_lower_bound must be None (unbounded decay) or a finite "
+                             f"negative number (the log-decay lies in (bound, 0)), got {bound!r}")
 
     def _check_moe(self) -> None:
         e, k = self.n_routed_experts, self.top_k
@@ -228,10 +368,17 @@ class ArchSpec:
             raise ValueError(f"first_k_dense ({self.first_k_dense}) must be <= n_layer "
                              f"({self.n_layer})")
         if e == 0:
-            if k or self.n_shared_experts:
-                raise ValueError(f"top_k ({k}) and n_shared_experts ({self.n_shared_experts}) "
-                                 "must be 0 when n_routed_experts is 0 (a dense model)")
+            if k or self.n_shared_experts or self.moe_latent_dim or self.moe_latent_norm:
+                raise ValueError(f"top_k ({k}), n_shared_experts ({self.n_shared_experts}), "
+                                 f"moe_latent_dim ({self.moe_latent_dim}) and moe_latent_norm "
+                                 f"({self.moe_latent_norm}) must be 0/False when "
+                                 "n_routed_experts is 0 (a dense model)")
             return
+        if self.moe_latent_dim > self.d_model:
+            raise ValueError(f"moe_latent_dim ({self.moe_latent_dim}) must be <= d_model "
+                             f"({self.d_model}): the latent MoE projects tokens down, not up")
+        if self.moe_latent_norm and not self.moe_latent_dim:
+            raise ValueError("moe_latent_norm needs a latent MoE (moe_latent_dim > 0)")
         if not 1 <= k <= e:
             raise ValueError(f"top_k ({k}) must be between 1 and n_routed_experts ({e}): a "
                              "token cannot use more experts than exist")
@@ -287,6 +434,27 @@ class ArchSpec:
     def n_dense_layers(self) -> int:
         return self.n_layer - self.n_moe_layers
 
+    @property
+    def expert_width(self) -> int:
+        """Width the routed experts read and write: ``moe_latent_dim`` for a latent MoE,
+        else ``d_model``."""
+        return self.moe_latent_dim or self.d_model
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert: a bias-free GLU, ``3 * expert_width * d_expert``."""
+        return 3 * self.expert_width * self.d_expert
+
+    @property
+    def k3_features(self) -> tuple[str, ...]:
+        """The Kimi-K3 pieces this spec uses (names of the fields set away from their
+        "absent" default, ``mlp="situ"`` included); ``()`` for every earlier architecture.
+        A builder that cannot express them must refuse the spec."""
+        names = [n for n in ("mla_output_gate", "kda_full_rank_gate", "kda_gate_lower_bound",
+                             "moe_latent_dim", "moe_latent_norm", "attn_res_block_size",
+                             "vision") if getattr(self, n) not in (None, False, 0)]
+        return tuple(names + (["mlp"] if self.mlp == "situ" else []))
+
     def with_(self, **changes) -> "ArchSpec":
         """A copy with some fields changed (validated like a new spec)."""
         return replace(self, **changes)
@@ -311,6 +479,26 @@ def hybrid_layers(n_layer: int, ratio: int) -> tuple[int, ...]:
     return tuple(i for i in range(n_layer - 1) if (i + 1) % (ratio + 1))
 
 
+def kda_layers_from_full_attn(n_layer: int, full_attn_layers) -> tuple[int, ...]:
+    """0-based KDA layer indices from a Kimi ``config.json``'s 1-based ``full_attn_layers``.
+
+    Every layer not listed is a KDA layer.  An index outside ``[1, n_layer]``, a repeat or a
+    non-integer raises ``ValueError`` (a schedule that names a layer the model does not have).
+    """
+    if not _is_int(n_layer) or n_layer <= 0:
+        raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
+    if isinstance(full_attn_layers, (str, bytes)) or not hasattr(full_attn_layers, "__iter__"):
+        raise ValueError(f"full_attn_layers must be a sequence of 1-based layer indices, got "
+                         f"{full_attn_layers!r}")
+    full = tuple(full_attn_layers)
+    if any(not _is_int(i) or not 1 <= i <= n_layer for i in full):
+        raise ValueError(f"full_attn_layers must hold 1-based layer indices in [1, n_layer="
+                         f"{n_layer}], got {full!r}")
+    if len(set(full)) != len(full):
+        raise ValueError(f"full_attn_layers must not repeat a layer, got {full!r}")
+    return tuple(i for i in range(n_layer) if i + 1 not in set(full))
+
+
 # ---------------------------------------------------------------------------- parameters
 @dataclass(frozen=True)
 class ParamCount:
@@ -321,7 +509,10 @@ class ParamCount:
     :data:`DETAIL_COMPONENTS`, both summing to ``total``; ``active_detail`` summing to
     ``active``; ``matmul_active``: the parameters a token is multiplied through (the active
     ones minus embedding lookups, norm gains and other elementwise vectors; a tied head counts
-    here, because the head's matmul reads the whole table).
+    here, because the head's matmul reads the whole table).  ``parts`` and ``active_parts``:
+    the finest breakdown, over :data:`PART_COMPONENTS` (summing to ``total`` and ``active``).
+    ``vision``: the parameters of the spec's :class:`VisionTower` (0 without one), by part in
+    ``vision_detail``; they are in neither ``total`` nor ``active``.
     """
 
     total: int
@@ -330,6 +521,10 @@ class ParamCount:
     detail: dict[str, int] = field(default_factory=dict)
     active_detail: dict[str, int] = field(default_factory=dict)
     matmul_active: int = 0
+    parts: dict[str, int] = field(default_factory=dict)
+    active_parts: dict[str, int] = field(default_factory=dict)
+    vision: int = 0
+    vision_detail: dict[str, int] = field(default_factory=dict)
 
     def fraction(self, component: str) -> float:
         return self.breakdown[component] / self.total
@@ -337,6 +532,18 @@ class ParamCount:
     @property
     def active_fraction(self) -> float:
         return self.active / self.total
+
+    @property
+    def active_without_embedding(self) -> int:
+        """``active`` minus the token-embedding table: the convention of the published
+        "activated" headlines (DeepSeek-V3 36.6B -> "37B", Kimi K2 31.7B -> "32B", Kimi Linear
+        3.1B -> "3B", Kimi K3 104.19B -> "104.2B"); the untied head still counts."""
+        return self.active - self.detail["token embeddings"]
+
+    @property
+    def total_with_vision(self) -> int:
+        """``total`` plus the vision tower: every parameter of the released model."""
+        return self.total + self.vision
 
 
 def _mha_layer(s: ArchSpec) -> tuple[int, int]:
@@ -347,8 +554,14 @@ def _mha_layer(s: ArchSpec) -> tuple[int, int]:
     return w + b, w
 
 
+def _mla_gate(s: ArchSpec) -> int:
+    """K3's MLA output gate ``g_proj``: ``d_model x n_head * v_head_dim`` (0 without one)."""
+    return s.d_model * s.n_head * s.v_head_dim if s.mla_output_gate else 0
+
+
 def _mla_layer(s: ArchSpec) -> tuple[int, int]:
-    """(parameters, matmul parameters) of one MLA layer (Hugging Face's DeepseekV3Attention)."""
+    """(parameters, matmul parameters) of one MLA layer (Hugging Face's DeepseekV3Attention,
+    plus K3's output gate when ``mla_output_gate``)."""
     d, h, r, rope = s.d_model, s.n_head, s.kv_lora_rank, s.qk_rope_head_dim
     if s.q_lora_rank is None:
         q_w, q_norm = d * h * s.qk_head_dim, 0
@@ -356,73 +569,157 @@ def _mla_layer(s: ArchSpec) -> tuple[int, int]:
         q_w, q_norm = d * s.q_lora_rank + s.q_lora_rank * h * s.qk_head_dim, s.q_lora_rank
     w = (q_w + d * (r + rope)                              # q path; kv_a_proj_with_mqa
          + r * h * (s.qk_nope_head_dim + s.v_head_dim)     # kv_b_proj
-         + h * s.v_head_dim * d)                           # o_proj
+         + h * s.v_head_dim * d                            # o_proj
+         + _mla_gate(s))                                   # g_proj (K3)
     return w + q_norm + r, w                               # + q_a_layernorm, kv_a_layernorm
 
 
+def _kda_gate(s: ArchSpec) -> int:
+    """KDA's output gate: K3's full-rank ``g_proj`` (``d x H Dk``) or Kimi Linear's low-rank
+    ``g_a`` (``d x Dk``) and ``g_b`` (``Dk x H Dk``)."""
+    d, dk, p = s.d_model, s.kda_head_dim, s.kda_n_head * s.kda_head_dim
+    return d * p if s.kda_full_rank_gate else d * dk + dk * p
+
+
 def _kda_layer(s: ArchSpec) -> tuple[int, int]:
-    """(parameters, matmul parameters) of one KDA layer (Kimi Linear's KimiDeltaAttention).
+    """(parameters, matmul parameters) of one KDA layer (Kimi Linear's KimiDeltaAttention;
+    SGLang's KimiK3DeltaAttention with ``kda_full_rank_gate``).
 
     q/k/v projections, a depthwise causal convolution on them, the low-rank forget-gate
-    projections (``f_a``, ``f_b``) with ``dt_bias`` and per-head ``A_log``, the write strength
-    ``b_proj``, the low-rank output-gate projections (``g_a``, ``g_b``), the gated output norm
-    and ``o_proj``.
+    projections (``f_a``, ``f_b``) with ``dt_bias`` (one per channel) and ``A_log`` (one per
+    head) -- the same parameters whether the decay is bounded or not -- the write strength
+    ``b_proj``, the output gate (:func:`_kda_gate`), the gated output norm and ``o_proj``.
     """
     d, h, dk = s.d_model, s.kda_n_head, s.kda_head_dim
     p = h * dk
     conv = s.kda_conv_kernel * 3 * p
-    w = (3 * d * p + conv + (d * dk + dk * p) + d * h + (d * dk + dk * p) + p * d)
+    w = 3 * d * p + conv + (d * dk + dk * p) + d * h + _kda_gate(s) + p * d
     return w + h + p + dk, w                    # + A_log, dt_bias, o_norm
 
 
 def _mlp(d: int, f: int, kind: str, bias: bool) -> int:
     if kind == "gelu":
         return 2 * d * f + ((f + d) if bias else 0)
-    return 3 * d * f + ((2 * f + d) if bias else 0)
+    return 3 * d * f + ((2 * f + d) if bias else 0)     # SwiGLU and SiTU-GLU: three matrices
+
+
+def _vision(spec: ArchSpec) -> dict[str, int]:
+    return spec.vision.params(spec.d_model) if spec.vision is not None else {}
 
 
 def count_params(spec: ArchSpec) -> ParamCount:
     """Count the parameters of ``spec``, component by component, and the active ones.
 
     Per layer: a token mixer (MHA/GQA: Q, K, V, output projections with optional biases; MLA
-    and KDA as in :func:`_mla_layer` / :func:`_kda_layer`), a feed-forward block (dense MLP, or
-    router ``E x d`` + shared experts + routed experts, each a bias-free SwiGLU ``3 d d_expert``)
-    and two norms.  One final norm; the head is free when tied to the token embedding.
+    and KDA as in :func:`_mla_layer` / :func:`_kda_layer`, output gates included), a
+    feed-forward block (dense MLP, or router ``E x d`` + shared experts, each a bias-free GLU
+    ``3 d d_expert`` at the full width ``d`` + routed experts, ``3 w d_expert`` each at the
+    width ``w`` they work at -- the latent width of a latent MoE, whose ``d x w`` down and
+    ``w x d`` up projections and optional ``w``-wide RMSNorm every token passes through) and
+    two norms; with Attention Residuals two more RMSNorm gains and two query vectors
+    (``d`` each).  One final norm (plus, with Attention Residuals, the final read's norm and
+    query vector); the head is free when tied to the token embedding.  A vision tower is
+    counted apart (:attr:`ParamCount.vision`).
     """
     if not isinstance(spec, ArchSpec):
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
     d, V = spec.d_model, spec.vocab_size
     norm = d * (2 if spec.norm == "layernorm" and spec.bias else 1)
     attn, attn_mm = (_mla_layer if spec.attention == "mla" else _mha_layer)(spec)
+    attn_gate = _mla_gate(spec) if spec.attention == "mla" else 0
     kda, kda_mm = _kda_layer(spec) if spec.kda_layers else (0, 0)
+    kda_gate = _kda_gate(spec) if spec.kda_layers else 0
     n_attn, n_kda = spec.n_attention_layers, spec.n_kda_layers
-    expert = 3 * d * spec.d_expert
+    expert, shared_expert = spec.expert_params, 3 * d * spec.d_expert
     n_moe = spec.n_moe_layers
+    w = spec.moe_latent_dim
+    latent_mm = 2 * d * w                                   # routed_expert_down/up_proj
+    latent = latent_mm + (w if spec.moe_latent_norm else 0)  # + routed_expert_norm
     dense_mlp = _mlp(d, spec.ffn_dim, spec.mlp, spec.bias)
     dense_mlp_mm = _mlp(d, spec.ffn_dim, spec.mlp, False)
+    attn_res = (4 * spec.n_layer + 2) * d if spec.attn_res_block_size else 0
 
-    detail = {
+    parts = {
         "token embeddings": V * d,
         "position embeddings": spec.max_positions * d if spec.position == "learned" else 0,
-        "softmax attention": n_attn * attn,
-        "linear attention": n_kda * kda,
+        "softmax attention": n_attn * (attn - attn_gate),
+        "softmax-attention output gates": n_attn * attn_gate,
+        "linear attention": n_kda * (kda - kda_gate),
+        "linear-attention output gates": n_kda * kda_gate,
         "dense MLP": spec.n_dense_layers * dense_mlp,
         "router": n_moe * spec.n_routed_experts * d,
-        "shared experts": n_moe * spec.n_shared_experts * expert,
+        "latent projections": n_moe * latent,
+        "shared experts": n_moe * spec.n_shared_experts * shared_expert,
         "routed experts": n_moe * spec.n_routed_experts * expert,
+        "attention residuals": attn_res,
         "norms": (2 * spec.n_layer + 1) * norm,
         "head": 0 if spec.tied_embeddings else V * d,
     }
-    active_detail = dict(detail, **{"routed experts": n_moe * spec.top_k * expert})
+    active_parts = dict(parts, **{"routed experts": n_moe * spec.top_k * expert})
+    detail, active_detail = dict.fromkeys(DETAIL_COMPONENTS, 0), dict.fromkeys(DETAIL_COMPONENTS, 0)
+    for name in PART_COMPONENTS:
+        detail[PART_OF_DETAIL[name]] += parts[name]
+        active_detail[PART_OF_DETAIL[name]] += active_parts[name]
     breakdown = dict.fromkeys(COMPONENTS, 0)
     for name, value in detail.items():
         breakdown[_COARSE[name]] += value
     matmul = (n_attn * attn_mm + n_kda * kda_mm + spec.n_dense_layers * dense_mlp_mm
-              + active_detail["router"] + active_detail["shared experts"]
-              + active_detail["routed experts"] + V * d)          # the head's matmul, tied or not
-    return ParamCount(total=sum(detail.values()), active=sum(active_detail.values()),
+              + parts["router"] + n_moe * latent_mm + parts["shared experts"]
+              + active_parts["routed experts"] + V * d)        # the head's matmul, tied or not
+    vision = _vision(spec)
+    return ParamCount(total=sum(parts.values()), active=sum(active_parts.values()),
                       breakdown=breakdown, detail=detail, active_detail=active_detail,
-                      matmul_active=matmul)
+                      matmul_active=matmul, parts=parts, active_parts=active_parts,
+                      vision=sum(vision.values()), vision_detail=vision)
+
+
+def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: int = 32,
+                    router_bias: bool = True, a_log_stored: int | None = None,
+                    include_vision: bool = True) -> dict[str, int]:
+    """Elements (tensor entries, whatever their dtype) a released checkpoint of ``spec`` holds.
+
+    Every parameter of :func:`count_params` is one element, except the routed experts when
+    ``expert_bits`` is given: they are stored packed, ``8 // expert_bits`` weights per uint8
+    element, plus one uint8 scale per group of ``group_size`` weights along each matrix's input
+    (MXFP4 in compressed-tensors' ``mxfp4-pack-quantized`` format: ``expert_bits=4``,
+    ``group_size=32``, so ``n`` weights take ``n/2 + n/32`` elements).  A checkpoint also
+    stores what is not a parameter here: with ``router_bias``, each MoE layer's
+    ``e_score_correction_bias`` (``n_routed_experts`` numbers, a buffer updated by a rule);
+    ``a_log_stored``, if given, is the length each KDA layer's ``A_log`` is stored at (Kimi
+    K3's checkpoint stores ``kda_head_dim`` numbers where the model uses the first
+    ``kda_n_head``).  With ``include_vision`` the vision tower is added.
+
+    Returns the parts (``"unpacked parameters"``, ``"packed experts"``, ``"expert scales"``,
+    ``"router biases"``, ``"A_log padding"``, ``"vision tower"``) and their ``"total"``.
+    """
+    c = count_params(spec)
+    routed = c.parts["routed experts"]
+    packed = scales = 0
+    if expert_bits is not None:
+        if expert_bits not in (1, 2, 4, 8):
+            raise ValueError(f"expert_bits must be None or one of 1, 2, 4, 8, got {expert_bits!r}")
+        if not _is_int(group_size) or group_size <= 0:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        per_byte = 8 // expert_bits
+        for name, width in (("expert width", spec.expert_width), ("d_expert", spec.d_expert)):
+            if spec.is_moe and (width % group_size or width % per_byte):
+                raise ValueError(f"group_size ({group_size}) and the packing ({per_byte} per "
+                                 f"byte) must divide the {name} ({width})")
+        packed, scales, routed = routed // per_byte, routed // group_size, 0
+    if a_log_stored is not None and (not _is_int(a_log_stored) or a_log_stored < spec.kda_n_head):
+        raise ValueError(f"a_log_stored must be None or an int >= kda_n_head "
+                         f"({spec.kda_n_head}), got {a_log_stored!r}")
+    parts = {
+        "unpacked parameters": c.total - c.parts["routed experts"] + routed,
+        "packed experts": packed,
+        "expert scales": scales,
+        "router biases": spec.n_moe_layers * spec.n_routed_experts if router_bias else 0,
+        "A_log padding": (spec.n_kda_layers * (a_log_stored - spec.kda_n_head)
+                          if a_log_stored is not None else 0),
+        "vision tower": c.vision if include_vision else 0,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
 
 
 # ---------------------------------------------------------------------------- cache and state
@@ -494,6 +791,44 @@ def state_bytes(spec: ArchSpec, batch: int = 1, dtype_bytes: float = 2) -> int |
     return _as_bytes(spec.n_kda_layers * per_layer * batch * dtype_bytes)
 
 
+def kda_log_decay(x: float, a_log: float = 0.0, dt_bias: float = 0.0,
+                  lower_bound: float | None = None) -> float:
+    """One channel's per-step log-decay ``g`` (the state is multiplied by ``exp(g)``) for
+    gate pre-activation ``x``, in plain floats.
+
+    Kimi Linear (``lower_bound=None``): ``-exp(a_log) * softplus(x + dt_bias)``, anywhere in
+    ``(-inf, 0)``.  Kimi K3 (``lower_bound=b < 0``, fla-core's ``naive_kda_lowerbound_gate``):
+    ``b * sigmoid(exp(a_log) * (x + dt_bias))``, inside ``(b, 0)``: a channel keeps at least
+    ``exp(b)`` of its state per step (``e^-5`` ~ 0.67% for K3) and never more than all of it.
+    """
+    for name, value in (("x", x), ("a_log", a_log), ("dt_bias", dt_bias)):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    z = x + dt_bias
+    if lower_bound is None:
+        softplus = z + math.log1p(math.exp(-z)) if z > 0 else math.log1p(math.exp(z))
+        return -math.exp(a_log) * softplus
+    if (isinstance(lower_bound, bool) or not isinstance(lower_bound, (int, float))
+            or not math.isfinite(lower_bound) or lower_bound >= 0):
+        raise ValueError(f"lower_bound must be None or a finite negative number, "
+                         f"got {lower_bound!r}")
+    u = math.exp(a_log) * z
+    sigmoid = 1 / (1 + math.exp(-u)) if u >= 0 else math.exp(u) / (1 + math.exp(u))
+    return lower_bound * sigmoid
+
+
+def kda_log_decay_range(spec: ArchSpec) -> tuple[float, float]:
+    """The open interval ``(lowest, highest)`` a KDA layer's per-step log-decay can take:
+    ``(kda_gate_lower_bound, 0)`` for a bounded gate, ``(-inf, 0)`` for Kimi Linear's."""
+    if not isinstance(spec, ArchSpec):
+        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    if not spec.kda_layers:
+        raise ValueError(f"{spec.name} has no KDA layers")
+    low = spec.kda_gate_lower_bound
+    return (float(low) if low is not None else -math.inf, 0.0)
+
+
 # ---------------------------------------------------------------------------- bytes and FLOPs
 def _expected_distinct_experts(n_experts: int, top_k: int, batch: int) -> float:
     """Expected number of distinct experts ``batch`` tokens touch in one MoE layer, when each
@@ -512,7 +847,7 @@ def weights_read_per_step(spec: ArchSpec, batch: int = 1) -> float:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     c = count_params(spec)
     d = spec.d_model
-    expert = 3 * d * spec.d_expert
+    expert = spec.expert_params
     weights = (c.total - c.detail["token embeddings"] - c.detail["position embeddings"]
                - c.detail["routed experts"])
     if spec.is_moe:
@@ -604,7 +939,8 @@ def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True)
 
     plus, per KDA layer, the state update and read, ``7 * kda_n_head * Dk * Dv`` (decay 1,
     ``k^T S`` 2, rank-one write 2, ``q^T S`` 2), which does not grow with context.  Softmax,
-    norms and activations are ignored.
+    norms, activations, gates' elementwise products and Attention Residuals' depth mixture (a
+    few ``d_model``-long dot products and sums per sub-layer, against billions) are ignored.
     """
     _check_nonneg_int("context_len", context_len)
     if not isinstance(mla_absorbed, bool):
@@ -822,7 +1158,7 @@ def _plan_sizes(spec: ArchSpec, context_len: int, tp: int, wb: float, cb: float,
     state of one sequence per device) for tensor-parallel degree ``tp``."""
     c = count_params(spec)
     shared = (c.total - c.detail["routed experts"]) * wb / tp
-    expert_layers = spec.n_moe_layers * 3 * spec.d_model * spec.d_expert * wb
+    expert_layers = spec.n_moe_layers * spec.expert_params * wb
     # An MLA latent belongs to the token, not to a head: every rank of a tensor-parallel group
     # keeps all of it.  MHA/GQA caches and KDA states split by head.
     if spec.attention == "mla":
@@ -928,7 +1264,7 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     _, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes, cache_bytes,
                                                  state_dtype_bytes)
     c = count_params(spec)
-    expert = 3 * spec.d_model * spec.d_expert
+    expert = spec.expert_params
     touched_all = (_expected_distinct_experts(spec.n_routed_experts, spec.top_k, seqs)
                    if spec.is_moe else 0.0)
     shared_read = weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
