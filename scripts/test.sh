@@ -13,3 +13,10 @@ fi
 echo "==> running the tests"
 python -m pytest tests notebooks --nbval --nbval-current-env \
     --nbval-sanitize-with tests/nbval_sanitize.cfg --durations=10 "$@"
+# The stored outputs must not depend on the machine that made them.  Re-run every notebook
+# under another numeric environment: MKL's compatibility code path, one thread, and
+# PyTorch's non-vectorised CPU kernels.  Float noise printed as digits fails here.
+echo "==> nbval again under another numeric environment (MKL_CBWR=COMPATIBLE, 1 thread, ATEN_CPU_CAPABILITY=default)"
+MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 ATEN_CPU_CAPABILITY=default \
+    python -m pytest notebooks --nbval --nbval-current-env \
+    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -q

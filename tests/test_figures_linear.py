@@ -232,7 +232,7 @@ def test_measured_crossover_figure(smoke_result):
     assert [s.label for s in steps] == ["D=8", "D=16"]
     assert len(fig.data) == 8
     data = steps[1].args[0]
-    assert data["y"][0] == smoke_result["head_dims"]["16"]["decode"]["kv_cache_s"]
+    assert data["y"][0] == pytest.approx(smoke_result["head_dims"]["16"]["decode"]["kv_cache_s"], rel=1e-5)
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     two = figures.measured_crossover([smoke_result, {**smoke_result, "config": {**smoke_result["config"],
                                                                               "device": "cuda"}}])

@@ -11,14 +11,57 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
-__all__ = ["Step", "style", "add_slider", "PALETTE"]
+__all__ = ["Step", "style", "add_slider", "round_data", "PALETTE", "DATA_DIGITS"]
+
+#: Significant digits kept in a figure's data.  A figure is stored in its notebook and
+#: compared on every reader's machine (nbval), so it carries no more digits than a float
+#: computation guarantees everywhere; no plot can show more anyway.
+DATA_DIGITS = 6
+
+
+def _sig(x: float, digits: int) -> float:
+    if x == 0 or x != x or x in (float("inf"), float("-inf")) or (float(x).is_integer() and abs(x) < 2**53):
+        return x
+    return float(f"{x:.{digits}g}")
+
+
+def round_data(obj: Any, digits: int = DATA_DIGITS) -> Any:
+    """``obj`` (numbers, lists, tuples, dicts of them) with every float at ``digits`` significant digits."""
+    if isinstance(obj, bool) or isinstance(obj, int) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, float):
+        return _sig(obj, digits)
+    if isinstance(obj, dict):
+        return {k: round_data(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [round_data(v, digits) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        return round_data(obj.tolist(), digits)
+    return obj
+
+
+def _round_traces(fig: go.Figure) -> None:
+    for trace in fig.data:
+        for attr in ("x", "y", "z", "customdata"):
+            value = getattr(trace, attr, None) if attr in trace else None
+            if value is not None:
+                trace[attr] = round_data(value)
+        err = getattr(trace, "error_y", None) if "error_y" in trace else None
+        if err is not None:
+            for attr in ("array", "arrayminus"):
+                if err[attr] is not None:
+                    err[attr] = round_data(err[attr])
 
 #: Colours used consistently across the book (colour-blind-safe, Okabe-Ito).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
 
 def style(fig: go.Figure, *, title: str, x_title: str, y_title: str, height: int = 440) -> go.Figure:
-    """Apply the book's house style in place and return ``fig``."""
+    """Apply the book's house style in place and return ``fig``.
+
+    Trace data already in the figure is rounded to :data:`DATA_DIGITS` significant digits.
+    """
+    _round_traces(fig)
     fig.update_layout(
         template="plotly_white",
         title=dict(text=title, x=0.02, xanchor="left", y=1.0, yanchor="top", yref="container",
@@ -60,6 +103,7 @@ def add_slider(fig: go.Figure, steps: Sequence[Step], *, prefix: str, active: in
         raise ValueError("steps must not be empty")
     if not 0 <= active < len(steps):
         raise ValueError(f"active must be in [0, {len(steps)}), got {active}")
+    steps = [Step(label=s.label, data=round_data(s.data), layout=s.layout, traces=s.traces) for s in steps]
     first = steps[active]
     for attr, values in first.data.items():
         for i, value in zip(first.traces or range(len(fig.data)), values):

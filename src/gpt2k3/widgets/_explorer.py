@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 import ipywidgets as W
-from IPython.display import display
+from IPython import get_ipython
 
 __all__ = ["Explorer", "explorer"]
 
@@ -37,9 +37,29 @@ class Explorer(W.VBox):
             self.current = self.render(**values)
         except ValueError as err:
             self.current = W.HTML(f"<b>Not a valid setting:</b> {err}")
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(self.current)
+        # Replace the Output widget's contents through its state, in one step.  Not
+        # ``with self.output: clear_output(); display(...)``: outputs captured that way make
+        # a headless client (nbclient, nbconvert) answer on the kernel's shell socket from
+        # inside its IOPub handler, and that send can swallow the wake-up of the pending
+        # execute_reply, so the cell stalls until its timeout (jupyter/nbclient#312).
+        self.output.outputs = (display_data(self.current),)
+
+
+def display_data(obj: object) -> dict:
+    """``obj`` as a Jupyter ``display_data`` output (the rich formats the kernel would show)."""
+    ip = get_ipython()
+    data: dict = {}
+    metadata: dict = {}
+    if ip is not None:
+        bundle = getattr(obj, "_repr_mimebundle_", None)
+        if callable(bundle):  # plotly figures, widgets: ask the object, never display() it
+            result = bundle()
+            data, metadata = result if isinstance(result, tuple) else (result, {})
+        else:
+            data, metadata = ip.display_formatter.format(obj)
+    data = dict(data or {})
+    data.setdefault("text/plain", repr(obj))
+    return {"output_type": "display_data", "data": data, "metadata": dict(metadata or {})}
 
 
 def explorer(controls: Mapping[str, W.ValueWidget], render: Callable[..., object],
