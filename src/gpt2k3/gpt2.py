@@ -184,16 +184,14 @@ class GPT(nn.Module):
         n = sum(p.numel() for p in self.parameters())
         return n - self.transformer.wpe.weight.numel() if non_embedding else n
 
-    def forward(self, idx: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
-        """Logits ``(B, T, vocab_size)`` for token ids ``idx`` of shape ``(B, T)``.
-
-        With a ``cache``, ``idx`` holds only the new tokens: their positions start at
-        ``cache.length``, their keys and values are appended, and the cache pointer
-        moves by ``T``.
-        """
-        if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
+    def check_tokens(self, idx, cache=None) -> tuple[int, int, int]:
+        """Validate a batch of token ids for a forward pass (after ``cache.length`` cached
+        positions); return ``(B, T, past)``."""
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 \
+                or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
-                             f"{idx.dtype} of shape {tuple(idx.shape)}")
+                             f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "
+                             f"{tuple(getattr(idx, 'shape', ()))}")
         B, T = idx.shape
         past = cache.length if cache is not None else 0
         if T == 0:
@@ -203,6 +201,16 @@ class GPT(nn.Module):
                              f"block_size={self.config.block_size}")
         if cache is not None:
             cache.check_room(T)
+        return B, T, past
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
+        """Logits ``(B, T, vocab_size)`` for token ids ``idx`` of shape ``(B, T)``.
+
+        With a ``cache``, ``idx`` holds only the new tokens: their positions start at
+        ``cache.length``, their keys and values are appended, and the cache pointer
+        moves by ``T``.
+        """
+        B, T, past = self.check_tokens(idx, cache)
         pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for layer, block in enumerate(self.transformer.h):

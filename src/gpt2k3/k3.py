@@ -583,20 +583,7 @@ class TinyK3(GPT):
         ``ln_f(final_res(bank + [partial]))``. (SGLang ``KimiK3DecoderLayer`` and
         ``AttnResidual``: ``is_block_write_layer = layer_idx % attn_res_block_size == 0``.)
         """
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 \
-                or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
-                             f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "
-                             f"{tuple(getattr(idx, 'shape', ()))}")
-        B, T = idx.shape
-        past = cache.length if cache is not None else 0
-        if T == 0:
-            raise ValueError("idx must hold at least one token (T >= 1)")
-        if past + T > self.config.block_size:
-            raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds "
-                             f"block_size={self.config.block_size}")
-        if cache is not None:
-            cache.check_room(T)
+        B, T, past = self.check_tokens(idx, cache)
         x = self.transformer.drop(self.transformer.wte(idx))
         S = self.spec.attn_res_block_size
         if not S:

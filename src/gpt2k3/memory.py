@@ -313,7 +313,7 @@ def error_curve(
     beta=1.0,
     seed: int = 0,
     trials: int = 8,
-    dtype=torch.float32,
+    dtype=torch.float64,
 ) -> list[float]:
     """Mean retrieval error against the number of stored pairs, for a plot.
 
@@ -343,7 +343,7 @@ def error_by_position(
     beta=1.0,
     seed: int = 0,
     trials: int = 8,
-    dtype=torch.float32,
+    dtype=torch.float64,
 ) -> list[float]:
     """The recall error of each of ``n`` pairs by the order it was written in (first = oldest).
 

@@ -34,7 +34,14 @@ def round_data(obj: Any, digits: int = DATA_DIGITS) -> Any:
     if isinstance(obj, dict):
         return {k: round_data(v, digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [round_data(v, digits) for v in obj]
+        values = [round_data(v, digits) for v in obj]
+        floats = [abs(v) for v in values if isinstance(v, float) and v == v and abs(v) != float("inf")]
+        if floats and len(floats) == len(values):
+            # a series' values below 1e-12 of its largest (and below 1e-9) are rounding noise of
+            # an exact zero (their digits differ between machines): store them as 0
+            floor = min(1e-12 * max(floats), 1e-9)
+            values = [0.0 if abs(v) < floor else v for v in values]
+        return values
     if hasattr(obj, "tolist"):  # numpy arrays and scalars
         return round_data(obj.tolist(), digits)
     return obj
