@@ -8,6 +8,7 @@ alike.  Results are written to ``benchmarks/results/`` where the chapters read t
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -94,3 +95,77 @@ def write(name: str, payload: dict) -> Path:
     path = folder / name
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+# --------------------------------------------------------------------------- timing, side by side
+# The one set of timing helpers the scripts share (chunkwise.py, crossover.py, gates.py, gpu.py).
+
+
+def time_once(fn: Callable[[], object], device: str = "cpu") -> float:
+    """Seconds of one call of ``fn``: bracketed by CUDA events on a GPU (kernel time, launch
+    gaps included), by ``time.perf_counter`` otherwise."""
+    if device.startswith("cuda"):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def rounds(fns: dict, repeats: int, device: str = "cpu", warmup: int = 1) -> dict:
+    """Time every callable once per round, ``repeats`` rounds, after ``warmup`` untimed calls
+    each; returns name -> list of seconds. Sampling in turn makes a busy moment slow every
+    method alike, so ratios of the medians are fair."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(time_once(fn, device))
+    return times
+
+
+def mean_call_time(fn: Callable[[], object], calls: int, device: str = "cpu") -> float:
+    """Seconds per call, averaged over ``calls`` back-to-back calls (for microsecond steps)."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / calls
+
+
+def calibrate_calls(fn: Callable[[], object], min_time: float, device: str = "cpu",
+                    warmup: int = 3) -> int:
+    """How many back-to-back calls make one sample last at least ``min_time`` seconds.
+
+    The per-call time is estimated from the fastest of a few single calls, so that one call
+    slowed down by another process does not shrink every later sample to a single call.
+    """
+    for _ in range(warmup):  # allocator, kernels, caches
+        fn()
+    if min_time <= 0:
+        return 1
+    fastest = min(mean_call_time(fn, 1, device) for _ in range(2))
+    if fastest >= min_time:  # a slow call is its own sample
+        return 1
+    fastest = min(fastest, *(mean_call_time(fn, 1, device) for _ in range(3)))
+    return max(1, min(1 << 20, math.ceil(min_time / max(fastest, 1e-9))))
+
+
+def calibrated_medians(fns: dict, repeats: int, min_time: float, device: str = "cpu",
+                       warmup: int = 3) -> dict:
+    """Median seconds per call of each function, sampling them in turn ``repeats`` times, each
+    sample averaging enough calls to last ``min_time`` seconds."""
+    calls = {name: calibrate_calls(fn, min_time, device, warmup) for name, fn in fns.items()}
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(mean_call_time(fn, calls[name], device))
+    return {name: statistics.median(ts) for name, ts in times.items()}

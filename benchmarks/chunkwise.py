@@ -47,9 +47,10 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # fla_oracle: fla's naive references by file path
-from _common import machine, sync, write  # noqa: E402
+from _common import machine, rounds, sync, write  # noqa: E402
 
-from gpt2k3.mixers import delta  # noqa: E402
+from gpt2k3._validate import compute_dtype  # noqa: E402
+from gpt2k3.mixers import _chunked, delta  # noqa: E402
 
 
 def inputs(B, H, T, D, device, dtype=torch.float32, seed=0):
@@ -60,32 +61,6 @@ def inputs(B, H, T, D, device, dtype=torch.float32, seed=0):
     v = torch.randn(B, H, T, D, generator=g)
     beta = torch.rand(B, H, T, generator=g).sigmoid()
     return [x.to(device=device, dtype=dtype) for x in (q, k, v, beta)]
-
-
-def side_by_side(fns: dict, repeats: int, device: str, warmup: int = 1) -> dict:
-    """Time every callable once per round, ``repeats`` rounds; returns name -> list of seconds.
-
-    On CUDA, each sample is bracketed by CUDA events (the kernel time, launch gaps included).
-    """
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    sync(device)
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                torch.cuda.synchronize()
-                times[name].append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-    return times
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -121,7 +96,7 @@ def run_cpu(args) -> dict:
             fns[("chunkwise", c)] = lambda c=c: delta.chunkwise(q, k, v, beta, chunk_size=c)
         fns[("fla_naive_chunkwise", fla_chunk)] = lambda: naive.delta_rule_chunkwise(
             q_fla, k, v, beta, chunk_size=fla_chunk)
-        times = side_by_side({key: keep(key, fn) for key, fn in fns.items()}, args.repeats, "cpu")
+        times = rounds({key: keep(key, fn) for key, fn in fns.items()}, args.repeats, "cpu")
         ref = out[("recurrent", None)]
         for (method, c), ts in times.items():
             rows.append({"sweep": "T", "method": method, "chunk_size": c, "T": T,
@@ -135,7 +110,7 @@ def run_cpu(args) -> dict:
 
     q, k, v, beta = inputs(B, H, sweep_T, D, "cpu")
     fns = {c: (lambda c=c: delta.chunkwise(q, k, v, beta, chunk_size=c)) for c in sweep_chunks}
-    times = side_by_side(fns, args.repeats, "cpu")
+    times = rounds(fns, args.repeats, "cpu")
     for c, ts in times.items():
         rows.append({"sweep": "chunk_size", "method": "chunkwise", "chunk_size": c, "T": sweep_T,
                      "median_s": statistics.median(ts), "times_s": ts})
@@ -218,7 +193,7 @@ def run_training(args, device: str = "cuda", Ts=None) -> dict:
                 rows.append({"sweep": "T", "method": key[0], "chunk_size": key[1], "T": T,
                              "error": repr(err)})
                 del fns[key]
-        times = side_by_side(fns, args.repeats, device, warmup=2)
+        times = rounds(fns, args.repeats, device, warmup=2)
         ref = out.get(("chunkwise", 64))
         for key, ts in times.items():
             row = {"sweep": "T", "method": key[0], "chunk_size": key[1], "T": T,
@@ -251,16 +226,18 @@ def graphed_chunkwise(q, k, v, beta, chunk_size, out):
     Captures the validated, cast inputs going into the chunked core (validation syncs with the
     host and cannot be captured); replaying the graph recomputes the whole sequence.
     """
-    _, _, qs, ks, vs, bs, S0 = delta._prepare(q, k, v, beta, None)
+    cdt = compute_dtype(q, k, v, beta)  # what delta.chunkwise computes in
+    qs, ks, vs, bs = (x.to(cdt) for x in (q, k, v, beta))
+    S0 = qs.new_zeros(q.shape[0], q.shape[1], q.shape[-1], v.shape[-1])
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            delta._chunked(qs, ks, vs, bs, None, S0, chunk_size)
+            _chunked.chunked(qs, ks, vs, bs, None, S0, chunk_size)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_static, _ = delta._chunked(qs, ks, vs, bs, None, S0, chunk_size)
+        o_static, _ = _chunked.chunked(qs, ks, vs, bs, None, S0, chunk_size)
 
     def replay():
         graph.replay()

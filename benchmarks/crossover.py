@@ -3,11 +3,15 @@
 For one attention layer (batch 1, 12 heads, float32 by default) at head dims 64 and 128, and
 context lengths N = 1, 2, 4, ..., 65,536, the script times, side by side in the same run:
 
-* **KV cache** -- :func:`gpt2k3.mixers.softmax.decode_step`: write the new key and value into a
-  preallocated :class:`gpt2k3.kv_cache.KVCache` holding N - 1 earlier positions, then one query
-  attends over all N (``F.scaled_dot_product_attention``).  O(N D) per step.
+* **KV cache** -- write the new key and value into preallocated key and value buffers holding
+  N - 1 earlier positions, then one query attends over all N with
+  :func:`gpt2k3.mixers.softmax.parallel` (``Tq = 1``: two matrix products).  O(N D) per step.
 * **linear state** -- :func:`gpt2k3.mixers.linear.decode_step` after the ``elu1`` feature map:
   update ``(S, z)`` and read it.  O(D^2) per step, whatever N is.
+
+Both are timed *after* argument validation (their cores ``softmax._attend`` and
+``linear._decode``): the public functions check every input for NaN, which for the KV cache would
+read all N cached positions once more per step and blur what is being compared.
 * **no cache** (the 2020 baseline) -- at step n the layer recomputes causal attention for all
   n positions (``F.scaled_dot_product_attention(..., is_causal=True)``) and keeps the last.
   O(n^2 D) per step; measured up to ``--no-cache-max-n`` and extrapolated beyond with a power
@@ -39,8 +43,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -49,51 +51,13 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine, sync, write  # noqa: E402
+from _common import RESULTS, calibrated_medians, machine, write  # noqa: E402
 
 from gpt2k3.figures.linear import crossover_n, generation_totals  # noqa: E402
 from gpt2k3.gpt2 import Block, GPTConfig  # noqa: E402
-from gpt2k3.kv_cache import KVCache  # noqa: E402
 from gpt2k3.mixers import linear, softmax  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def sample(fn, calls: int, device: str) -> float:
-    """Seconds per call, averaged over ``calls`` back-to-back calls."""
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync(device)
-    return (time.perf_counter() - start) / calls
-
-
-def calibrate(fn, min_time: float, device: str, warmup: int = 3) -> int:
-    """How many back-to-back calls make one sample last at least ``min_time`` seconds.
-
-    The per-call time is estimated from the fastest of a few single calls, so that one call
-    slowed down by another process does not shrink every later sample to a single call.
-    """
-    for _ in range(warmup):  # allocator, kernels, caches
-        fn()
-    if min_time <= 0:
-        return 1
-    fastest = min(sample(fn, 1, device) for _ in range(2))
-    if fastest >= min_time:  # a slow call is its own sample
-        return 1
-    fastest = min(fastest, *(sample(fn, 1, device) for _ in range(3)))
-    return max(1, min(1 << 20, math.ceil(min_time / max(fastest, 1e-9))))
-
-
-def side_by_side(fns: dict, repeats: int, min_time: float, device: str, warmup: int = 3) -> dict:
-    """Median seconds per call of each function, sampling them in turn ``repeats`` times."""
-    calls = {name: calibrate(fn, min_time, device, warmup) for name, fn in fns.items()}
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            times[name].append(sample(fn, calls[name], device))
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
@@ -104,23 +68,26 @@ def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
         return torch.randn(*shape, generator=g, device=device, dtype=dtype)
 
     q_t, k_t, v_t = randn(1, H, 1, D), randn(1, H, 1, D), randn(1, H, 1, D)
-    cache = KVCache(1, 1, H, ns[-1], D, dtype=dtype, device=device)
-    cache.k[0].normal_(generator=g)
-    cache.v[0].normal_(generator=g)
+    k_buf, v_buf = randn(1, H, ns[-1], D), randn(1, H, ns[-1], D)  # a preallocated KV cache
+    scale = D ** -0.5
     S = linear.elu1(randn(1, H, D, D)).float() * 10  # what a few earlier tokens would leave
     z = linear.elu1(randn(1, H, D)).float() * 10
-    state = (S, z)
+    length = [0]
 
     def kv_step():  # the new token is written at position N - 1 and attends over N positions
-        return softmax.decode_step(q_t, cache, 0, k_t=k_t, v_t=v_t)
+        n = length[0] + 1
+        k_buf[:, :, n - 1:n] = k_t
+        v_buf[:, :, n - 1:n] = v_t
+        return softmax._attend(q_t, k_buf[:, :, :n], v_buf[:, :, :n], scale)
 
     def state_step():
-        return linear.decode_step(linear.elu1(q_t), linear.elu1(k_t), v_t, state=state, inplace=True)
+        q, k = linear.elu1(q_t).float(), linear.elu1(k_t).float()
+        return linear._decode(q, k, v_t.float(), S, z, linear.EPS, True, True)
 
     kv_s, state_s = [], []
     for n in ns:
-        cache.length = n - 1
-        t = side_by_side({"kv": kv_step, "state": state_step}, args.repeats, args.min_time, device)
+        length[0] = n - 1
+        t = calibrated_medians({"kv": kv_step, "state": state_step}, args.repeats, args.min_time, device)
         kv_s.append(t["kv"])
         state_s.append(t["state"])
         print(f"  D={D} N={n:>6}: KV cache {t['kv'] * 1e6:10.1f} us   state {t['state'] * 1e6:8.1f} us"
@@ -130,7 +97,7 @@ def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
     nc_s = []
     for n in nc_ns:
         q, k, v = randn(1, H, n, D), randn(1, H, n, D), randn(1, H, n, D)
-        t = side_by_side({"nc": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)},
+        t = calibrated_medians({"nc": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)},
                          min(args.repeats, 3), args.min_time, device, warmup=1)
         nc_s.append(t["nc"])
         print(f"  D={D} no cache, n={n:>6}: {t['nc'] * 1e3:10.3f} ms per step", flush=True)
@@ -147,7 +114,7 @@ def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
         h = x + h
         return h + block.mlp(block.ln_2(h))
 
-    rest_s = side_by_side({"rest": rest_of_block}, args.repeats, args.min_time, device)["rest"]
+    rest_s = calibrated_medians({"rest": rest_of_block}, args.repeats, args.min_time, device)["rest"]
     print(f"  D={D} rest of a block (n_embd={H * D}): {rest_s * 1e6:.1f} us per token", flush=True)
 
     lengths = ns
@@ -159,19 +126,20 @@ def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
 
     # end-to-end check of the summed step times: generate tokens for real
     direct = {"n": args.direct_n, "no_cache_n": args.direct_n_no_cache}
-    fresh = KVCache(1, 1, H, args.direct_n, D, dtype=dtype, device=device)
+    fresh_k, fresh_v = randn(1, H, args.direct_n, D), randn(1, H, args.direct_n, D)
     qs, ks, vs = (randn(args.direct_n, 1, H, 1, D) for _ in range(3))
 
     def generate_kv():
-        fresh.reset()
         for i in range(args.direct_n):
-            softmax.decode_step(qs[i], fresh, 0, k_t=ks[i], v_t=vs[i])
-            fresh.advance(1)
+            fresh_k[:, :, i:i + 1], fresh_v[:, :, i:i + 1] = ks[i], vs[i]
+            softmax._attend(qs[i], fresh_k[:, :, :i + 1], fresh_v[:, :, :i + 1], scale)
 
     def generate_state():
-        st = None
+        S_g = torch.zeros(1, H, D, D, device=device)
+        z_g = torch.zeros(1, H, D, device=device)
         for i in range(args.direct_n):
-            _, st = linear.decode_step(linear.elu1(qs[i]), linear.elu1(ks[i]), vs[i], state=st, inplace=True)
+            q, k = linear.elu1(qs[i]).float(), linear.elu1(ks[i]).float()
+            linear._decode(q, k, vs[i].float(), S_g, z_g, linear.EPS, True, True)
 
     m = args.direct_n_no_cache
     qa, ka, va = randn(1, H, m, D), randn(1, H, m, D), randn(1, H, m, D)
@@ -180,8 +148,8 @@ def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
         for i in range(1, m + 1):
             F.scaled_dot_product_attention(qa[:, :, :i], ka[:, :, :i], va[:, :, :i], is_causal=True)
 
-    t = side_by_side({"kv": generate_kv, "state": generate_state}, 3, 0.0, device, warmup=1)
-    t_nc = side_by_side({"nc": generate_no_cache}, 3, 0.0, device, warmup=1)["nc"]
+    t = calibrated_medians({"kv": generate_kv, "state": generate_state}, 3, 0.0, device, warmup=1)
+    t_nc = calibrated_medians({"nc": generate_no_cache}, 3, 0.0, device, warmup=1)["nc"]
     direct.update({
         "kv_cache_s": t["kv"], "state_s": t["state"], "no_cache_s": t_nc,
         "kv_cache_estimate_s": generation_totals(ns, kv_s, [args.direct_n])[0][0],
@@ -202,10 +170,10 @@ def run_head_dim(D: int, args, device: str, dtype: torch.dtype) -> dict:
         "crossover_n": crossover_n(ns, kv_s, state_s),
         "totals": totals,
         "direct": direct,
-        "bytes": {"kv_cache_per_token": 2 * H * D * cache.k[0].element_size(),
+        "bytes": {"kv_cache_per_token": 2 * H * D * k_buf.element_size(),
                   "state": H * (D * D + D) * S.element_size()},
     }
-    del cache, fresh
+    del k_buf, v_buf, fresh_k, fresh_v
     gc.collect()
     return result
 

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, median, read_bandwidth, sync, write  # noqa: E402
 
 from gpt2k3.gpt2 import GPT, FastDecoder, GPTConfig, generate  # noqa: E402
-from gpt2k3.kv_cache import KVCache  # noqa: E402
+from gpt2k3.kv_cache import concat_cache  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FAST = "fast decoder"
@@ -107,7 +107,7 @@ def bench_generators(args, device, dtype) -> dict:
 
     generators = {
         "no cache": lambda: generate(ours, prompt, n, use_cache=False, temperature=0),
-        "concatenating cache": lambda: generate(ours, prompt, n, temperature=0, cache_impl="concat"),
+        "concatenating cache": lambda: generate(ours, prompt, n, temperature=0, cache=concat_cache(ours, args.batch)),
         "preallocated cache": lambda: generate(ours, prompt, n, temperature=0),
         "Hugging Face generate": hf_generate,
         FAST: lambda: fast.generate(prompt, n, temperature=0),
@@ -245,14 +245,15 @@ def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
     rows = []
     with torch.no_grad():
         for n in contexts:
-            cache = KVCache.for_model(config, batch=args.batch, max_len=n + 1, dtype=dtype, device=device)
+            cache = model.new_cache(args.batch, n + 1, dtype=dtype, device=device)
             fast = FastDecoder(model, max_len=n + 1, batch=args.batch)
-            for buf in (*cache.k, *cache.v, *fast.k, *fast.v):  # filled: contents do not change the cost
-                buf.normal_()
+            for buf in (*(c.k for c in cache), *(c.v for c in cache), *fast.k, *fast.v):
+                buf.normal_()  # filled: contents do not change the cost
             tok = torch.zeros(args.batch, 1, dtype=torch.long, device=device)
 
             def step():
-                cache.length = n
+                for layer_cache in cache:  # rewind: every step decodes at context n
+                    layer_cache.length = n
                 model(tok, cache=cache)
 
             fns = {"reference": step, "fast": lambda: fast._step(tok[:, 0], n)}

@@ -5,11 +5,11 @@ included) for chapter 6 to read:
 
 1. **Oracles.** flash-linear-attention's pure-PyTorch references (``fla/ops/gated_delta_rule/
    naive.py`` and ``fla/ops/kda/naive.py`` of the ``fla-core`` package, loaded by file path
-   because ``import fla.ops`` needs Triton), in their ``(B, T, H, D)`` layout with
+   with ``tests/fla_oracle.py`` because ``import fla.ops`` needs Triton), in their ``(B, T, H, D)`` layout with
    ``scale=1.0``, against ``gpt2k3.mixers.gated_delta``'s ``recurrent`` and ``chunkwise``: the
    largest absolute differences of the outputs and final states in float32 (the references
    compute in float32 whatever they are given), for moderate decays and (against their
-   token-by-token reference) for decays down to ``log_alpha = -20``. Their chunked references are run only with moderate decays: they
+   token-by-token reference) for decays down to ``g = log_alpha = -20``. Their chunked references are run only with moderate decays: they
    exponentiate ``g_i - g_j`` above the diagonal before masking, which overflows for strong ones.
 2. **Stability.** ``chunkwise`` at ``T = 65,536`` tokens with ``log_alpha = -20`` on every token
    (scalar and per-channel gates): every output and state entry finite, and the outputs equal to
@@ -30,35 +30,24 @@ included) for chapter 6 to read:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, write  # noqa: E402
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # fla_oracle: fla's naive references by file path
+from _common import machine, rounds, time_once, write  # noqa: E402
+from fla_oracle import load_naive  # noqa: E402
 
 from gpt2k3.mixers import delta, gated_delta  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- fla references
-def load_naive(op: str):
-    """``fla/ops/<op>/naive.py`` as a stand-alone module (without importing ``fla``)."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("fla-core is not installed: the oracle part needs its naive references")
-    path = Path(next(iter(spec.submodule_search_locations))) / "ops" / op / "naive.py"
-    module_spec = importlib.util.spec_from_file_location(f"_fla_naive_{op}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
 def to_fla(x: torch.Tensor) -> torch.Tensor:
     """(B, H, T, ...) <-> fla's (B, T, H, ...)."""
     return x.transpose(1, 2).contiguous()
@@ -99,7 +88,7 @@ def oracle_cases(quick: bool) -> list[dict]:
                 for form in ("recurrent", "chunkwise"):
                     fn = getattr(gated_delta, form)
                     kw = {"chunk_size": 64} if form == "chunkwise" else {}
-                    o, S = fn(q, k, v, beta, la, state=S0, **kw)
+                    o, S = fn(q, k, v, beta, la, initial_state=S0, **kw)
                     rows.append(_diff(f"fla naive_recurrent_{'kda' if per_channel else 'gated_delta_rule'}",
                                       form, dtype, T, label, o, S, ref_o, ref_S))
         # fla's chunked references, moderate decays only (see the module docstring)
@@ -116,7 +105,7 @@ def oracle_cases(quick: bool) -> list[dict]:
                 ref_o, ref_S = gdn.naive_chunk_gated_delta_rule(
                     to_fla(q), to_fla(k), to_fla(v), to_fla(la), to_fla(beta), chunk_size=32,
                     scale=1.0, initial_state=S0, output_final_state=True)
-            o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=64, state=S0)
+            o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=64, initial_state=S0)
             rows.append(_diff(f"fla naive_chunk_{'kda' if per_channel else 'gated_delta_rule'}",
                               "chunkwise", dtype, Tc, "moderate", o, S, to_fla(ref_o), ref_S))
     return rows
@@ -147,9 +136,9 @@ def stability(quick: bool) -> list[dict]:
         for decay in ("log_alpha = -20 on every token", "weak random, log_alpha in [-0.01, 0]"):
             strong = decay.startswith("log_alpha = -20")
             la = torch.full(shape, -20.0) if strong else -0.01 * torch.rand(shape, generator=g)
-            start = time.perf_counter()
-            o, S = gated_delta.chunkwise(q, k, v, beta, la)
-            seconds = time.perf_counter() - start
+            result = {}
+            seconds = time_once(lambda: result.update(out=gated_delta.chunkwise(q, k, v, beta, la)))
+            o, S = result["out"]
             row = {"gate": "per channel (KDA)" if per_channel else "scalar (Gated DeltaNet)",
                    "decay": decay, "T": T, "D": D,
                    "finite": bool(torch.isfinite(o).all() and torch.isfinite(S).all()),
@@ -162,7 +151,7 @@ def stability(quick: bool) -> list[dict]:
                 cut = T - 300
                 _, S_mid = gated_delta.chunkwise(*(x[:, :, :cut] for x in (q, k, v, beta, la)))
                 expected, _ = gated_delta.recurrent(*(x[:, :, cut:] for x in (q, k, v, beta, la)),
-                                                    state=S_mid)
+                                                    initial_state=S_mid)
                 o = o[:, :, cut:]
                 row["check"] = "last 300 tokens, token by token from the state at T - 300"
             row["max_abs_diff"] = (o - expected).abs().max().item()
@@ -196,14 +185,7 @@ def cost(quick: bool, repeats: int) -> dict:
         if T <= recurrent_max:
             fns["Gated DeltaNet recurrent"] = lambda: gated_delta.recurrent(q, k, v, beta, la_s)
             fns["KDA recurrent"] = lambda: gated_delta.recurrent(q, k, v, beta, la_c)
-        for fn in fns.values():  # warm-up
-            fn()
-        times = {name: [] for name in fns}
-        for _ in range(repeats):
-            for name, fn in fns.items():  # in turn: a busy moment slows every method alike
-                start = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - start)
+        times = rounds(fns, repeats)  # in turn: a busy moment slows every method alike
         med = {name: statistics.median(ts) for name, ts in times.items()}
         for name, s in med.items():
             out["seconds"].setdefault(name, {})[str(T)] = s

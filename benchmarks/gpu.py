@@ -10,8 +10,9 @@ budget, ``--budget-s``, runs out, and records what it skipped):
    and 8), for the book's three kinds of decode memory, each eagerly and replayed as one CUDA
    graph (no launch overhead):
 
-   * the **KV cache**: :func:`gpt2k3.mixers.softmax.decode_step` on a
-     :class:`gpt2k3.kv_cache.KVCache` (32 heads x 128, bf16): reads ``2 N H D`` numbers;
+   * the **KV cache**: :func:`gpt2k3.mixers.softmax.parallel` with one query (its core after
+     validation, ``softmax._attend``) over preallocated key and value buffers (32 heads x 128,
+     bf16), the new token written at ``N - 1``: reads ``2 N H D`` numbers;
    * the **MLA latent cache**: :meth:`gpt2k3.mixers.mla.MLA.decode_absorbed`, one DeepSeek-V3
      layer on a :class:`~gpt2k3.mixers.mla.LatentCache` (the whole layer, projections included:
      its weights are read every step), and its attention alone (absorbed query against the
@@ -64,10 +65,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # chunkwise.py's fla_oracle import
 import _common  # noqa: E402
-from _common import machine, write  # noqa: E402
+from _common import machine, rounds, write  # noqa: E402
 
-from gpt2k3.kv_cache import KVCache  # noqa: E402
-from gpt2k3.mixers import delta, gated_delta, softmax  # noqa: E402
+from gpt2k3._validate import compute_dtype  # noqa: E402
+from gpt2k3.mixers import _chunked, delta, gated_delta, softmax  # noqa: E402
 from gpt2k3.mixers.mla import MLA, MLAConfig  # noqa: E402
 
 
@@ -84,30 +85,9 @@ class Budget:
         return self.end - time.perf_counter()
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def sample(fn, device: str, reps: int, warmup: int = 2) -> list[float]:
     """Seconds per call of ``fn``, ``reps`` samples after ``warmup`` calls (CUDA events on a GPU)."""
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return times
+    return rounds({"fn": fn}, reps, device, warmup)["fn"]
 
 
 def graphed(fn):
@@ -198,12 +178,11 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
         la_s = F.logsigmoid(randn(B, Hs, 1, Ds, dt=torch.float32))
         S0 = randn(B, Hs, Ds, Ds, dt=torch.float32)
         state_fns = {"state (KDA, fp32) eager": lambda: (
-            lambda: gated_delta.recurrent(q_s, k_s, v_s, beta_s, la_s, state=S0))}
+            lambda: gated_delta.recurrent(q_s, k_s, v_s, beta_s, la_s, initial_state=S0))}
         if use_graphs:
-            _, *prepared = gated_delta._prepare_gated(q_s, k_s, v_s, beta_s, la_s, S0)
-            qq, kk, vv, bb, ll, SS = prepared
+            alpha_s = la_s.exp()  # what gated_delta.recurrent hands its loop (all fp32 already)
             state_fns["state (KDA, fp32) CUDA graph"] = lambda: graphed(
-                lambda: delta._recurrence(qq, kk, vv, bb, ll, SS))
+                lambda: gated_delta._loop(q_s, k_s, v_s, beta_s, alpha_s, S0))
         state_bytes = 2 * B * Hs * Ds * Ds * 4  # read and written once
         for N in cfg["contexts"]:
             base = {"B": B, "N": N}
@@ -217,14 +196,15 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
                 continue
             fns = {}
             # the KV cache: N - 1 cached positions, the new token written at N - 1, read all N
-            cache = KVCache(1, B, H, N, D, dtype=dtype, device=device)
-            cache.k[0].normal_()
-            cache.v[0].normal_()
-            cache.length = N - 1
+            k_buf = torch.empty(B, H, N, D, dtype=dtype, device=device).normal_()
+            v_buf = torch.empty(B, H, N, D, dtype=dtype, device=device).normal_()
             q_t, k_t, v_t = (randn(B, H, 1, D) for _ in range(3))
 
-            def kv_step():
-                return softmax.decode_step(q_t, cache, 0, k_t, v_t)
+            def kv_step(k_buf=k_buf, v_buf=v_buf, q_t=q_t, k_t=k_t, v_t=v_t):
+                # softmax.parallel with Tq = 1 after its validation (which reads the whole cache
+                # once more and syncs with the host, so it cannot be captured in a graph)
+                k_buf[:, :, N - 1:N], v_buf[:, :, N - 1:N] = k_t, v_t
+                return softmax._attend(q_t, k_buf, v_buf, D ** -0.5)
 
             fns["KV cache eager"] = lambda: kv_step
             if use_graphs:
@@ -268,7 +248,7 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
                     row["bytes_per_s"] = row["bytes_read"] / row["median_s"]
             print(f"  B={B} N={N:>8,}: " + ", ".join(f"{m} {1e3 * t:.3f} ms" for m, t in medians.items()),
                   flush=True)
-            del cache, lat
+            del k_buf, v_buf, lat
             gc.collect()
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -330,12 +310,11 @@ def gates_prefill(cfg: dict, device: str, budget: Budget) -> dict:
 
         def ours_graph(la):
             # validation syncs with the host: prepare (validate, cast) outside the capture
-            if la is None:
-                _, _, qs, ks, vs, bs, S0 = delta._prepare(q, k, v, beta, None)
-                ls = None
-            else:
-                _, qs, ks, vs, bs, ls, S0 = gated_delta._prepare_gated(q, k, v, beta, la, None)
-            return graphed(lambda: delta._chunked(qs, ks, vs, bs, ls, S0, C))
+            cdt = compute_dtype(q, k, v, beta, la)  # as delta / gated_delta.chunkwise cast
+            qs, ks, vs, bs = (x.to(cdt) for x in (q, k, v, beta))
+            ls = None if la is None else (la.to(cdt) if la.ndim == 4 else la.to(cdt).unsqueeze(-1))
+            S0 = qs.new_zeros(B, H, D, D)
+            return graphed(lambda: _chunked.chunked(qs, ks, vs, bs, ls, S0, C))
 
         def theirs(name, kernel, la):
             qf, kf, vf, bf = (x.transpose(1, 2).contiguous() for x in (q, k, v, beta))

@@ -219,7 +219,10 @@ def test_state_bytes():
     assert per_layer == {"recurrent": 32 * 128 * 128, "conv": 3 * 3 * 32 * 128}
     assert state_bytes(KIMI_LINEAR_48B, batch=2, dtype_bytes=4) == 20 * (524288 + 36864) * 2 * 4
     no_conv = KIMI_LINEAR_48B.with_(kda_conv_kernel=0)
-    assert state_bytes(no_conv) == 20 * 32 * 128 * 128 * 2  # exactly H x Dk x Dv per layer
+    # float32 by default (STATE_DTYPE_BYTES): exactly H x Dk x Dv per layer, 4 bytes each
+    assert STATE_DTYPE_BYTES == 4
+    assert state_bytes(no_conv) == 20 * 32 * 128 * 128 * 4
+    assert state_bytes(no_conv, dtype_bytes=2) == 20 * 32 * 128 * 128 * 2
     assert state_bytes(DEEPSEEK_V3) == state_bytes(GPT2_SMALL) == 0
     with pytest.raises(ValueError, match="batch"):
         state_bytes(KIMI_LINEAR_48B, batch=-1)
@@ -411,6 +414,10 @@ import math  # noqa: E402
 from gpt2k3.archs import GPT2_XL  # noqa: E402
 from gpt2k3.accounting import (  # noqa: E402
     H200,
+    H200_BAND,
+    H200_MEASURED,
+    H200_MEASUREMENTS,
+    STATE_DTYPE_BYTES,
     Hardware,
     ServingPlan,
     devices_needed,
@@ -418,16 +425,32 @@ from gpt2k3.accounting import (  # noqa: E402
     memory_per_sequence,
     plan_roofline,
     roofline,
+    roofline_band,
     serving_memory,
     serving_plan,
     weights_read_per_step,
 )
 
 
-def test_h200_reference_figures():
-    assert (H200.memory_bytes, H200.bandwidth, H200.peak_flops) == (141e9, 4.5e12, 790e12)
-    assert H200.ridge == pytest.approx(790 / 4.5)
+def test_h200_is_the_datasheet_and_the_band_brackets_it_with_the_measurement():
+    # NVIDIA's datasheet: 141 GB HBM3e, 4.8 TB/s, ~989 TFLOP/s dense BF16
+    assert (H200.memory_bytes, H200.bandwidth, H200.peak_flops) == (141e9, 4.8e12, 989e12)
+    assert H200.ridge == pytest.approx(989 / 4.8)
     assert H200.per_machine == 8 and "datasheet" in H200.source
+    # measured: a decode step over a 1M-token bf16 cache reads at 4.55 TB/s; copy 4.20 TB/s
+    assert H200_MEASURED.bandwidth == H200_MEASUREMENTS["decode_read_bandwidth"]
+    assert round(H200_MEASURED.bandwidth / 1e12, 2) == 4.55
+    assert round(H200_MEASUREMENTS["copy_bandwidth"] / 1e12, 2) == 4.20
+    assert (H200_MEASURED.memory_bytes, H200_MEASURED.peak_flops) == (141e9, 989e12)
+    assert "measured" in H200_MEASURED.source and H200_BAND == {"datasheet": H200,
+                                                                "measured": H200_MEASURED}
+    band = roofline_band(KIMI_LINEAR_48B, 1 << 20, 1)
+    assert band["datasheet"] == roofline(KIMI_LINEAR_48B, 1 << 20, 1, H200)
+    assert band["measured"].memory_s == pytest.approx(band["datasheet"].memory_s * 4.8e12
+                                                      / H200_MEASURED.bandwidth)
+    assert band["datasheet"].step_s < band["measured"].step_s
+    with pytest.raises(ValueError, match="band"):
+        roofline_band(KIMI_LINEAR_48B, 1, 1, band={})
     for bad in (dict(memory_bytes=0), dict(bandwidth=-1.0), dict(peak_flops=float("inf")),
                 dict(per_machine=0)):
         field = next(iter(bad))
@@ -436,11 +459,26 @@ def test_h200_reference_figures():
                         **bad})
 
 
-def test_decode_bytes_state_dtype_defaults_to_the_cache_format():
+def test_h200_measurements_are_the_copied_results_file():
+    from gpt2k3 import results
+
+    anchor = results.load(H200_MEASUREMENTS["file"])
+    assert anchor["device"] == "NVIDIA H200"
+    assert H200_MEASUREMENTS["copy_bandwidth"] == anchor["copy_TBps"] * 1e12
+    (row,) = [r for r in anchor["decode"] if r["N"] == H200_MEASUREMENTS["decode_context"]
+              and r["B"] == H200_MEASUREMENTS["decode_batch"]]
+    assert H200_MEASUREMENTS["decode_read_bandwidth"] == row["mha_TBps"] * 1e12
+    assert H200_MEASUREMENTS["decode_ms"] == row["mha_ms"]
+    # the effective bandwidth is the cache bytes over the time: 32 heads x 128, bf16, K and V
+    n, h, d = row["N"], H200_MEASUREMENTS["decode_heads"], H200_MEASUREMENTS["decode_head_dim"]
+    assert 2 * n * h * d * 2 / (row["mha_ms"] / 1e3) == pytest.approx(row["mha_TBps"] * 1e12)
+
+
+def test_decode_bytes_state_is_float32_unless_told():
     s = KIMI_LINEAR_48B
     base = decode_bytes_per_token(s, 1000)
-    assert decode_bytes_per_token(s, 1000, state_dtype_bytes=2) == base
-    assert decode_bytes_per_token(s, 1000, state_dtype_bytes=4) - base == pytest.approx(
+    assert decode_bytes_per_token(s, 1000, state_dtype_bytes=4) == base
+    assert base - decode_bytes_per_token(s, 1000, state_dtype_bytes=2) == pytest.approx(
         2 * state_bytes(s, 1, 2))  # read and written: twice the extra bytes of a float32 state
     with pytest.raises(ValueError, match="state_dtype_bytes"):
         decode_bytes_per_token(s, 1000, state_dtype_bytes=0)

@@ -1,6 +1,7 @@
 """FastDecoder: the packed-weight decode path gives the reference path's tokens (and Hugging Face's).
 
-The reference is ``gpt2k3.gpt2.generate`` with its preallocated ``KVCache`` -- the decode loop
+The reference is ``gpt2k3.gpt2.generate`` with its preallocated ``KVCache`` per layer (the
+model's ``new_cache``) -- the decode loop
 chapter 2 teaches. Speed is the benchmark's business (``benchmarks/decode.py``); these tests only
 check that the fast path computes the same thing.
 """
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from gpt2k3.gpt2 import GPT, FastDecoder, GPTConfig, generate
-from gpt2k3.kv_cache import KVCache
+from gpt2k3.kv_cache import KVCache, concat_cache
 
 TINY = dict(block_size=40, vocab_size=211, n_layer=3, n_head=4, n_embd=64)
 
@@ -55,7 +56,7 @@ def test_step_logits_match_the_cached_forward():
     model = make_model()
     idx = prompt(model, 2, 9)
     fast = FastDecoder(model, batch=2, max_len=30)
-    cache = KVCache.for_model(model.config, batch=2, max_len=30)
+    cache = model.new_cache(2, 30)
     with torch.no_grad():
         ref = model(idx, cache=cache)[:, -1]
         got = fast._prefill(idx)
@@ -65,9 +66,10 @@ def test_step_logits_match_the_cached_forward():
             ref = model(tok[:, None], cache=cache)[:, -1]
             got = fast._step(tok, pos)
             torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+        assert len(cache) == model.config.n_layer
         for layer in range(model.config.n_layer):  # the caches hold the same keys and values
-            torch.testing.assert_close(fast.k[layer], cache.k[layer], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(fast.v[layer], cache.v[layer], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(fast.k[layer], cache[layer].k, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(fast.v[layer], cache[layer].v, atol=1e-5, rtol=1e-5)
 
 
 def test_float64_model_logits_agree_to_double_rounding():
@@ -119,7 +121,8 @@ def test_nbytes_counts_packed_weights_and_cache():
     model = make_model()
     fast = FastDecoder(model, max_len=16)
     cfg = model.config
-    cache = KVCache.for_model(cfg, max_len=16).nbytes
+    cache = model.new_cache(1, 16).nbytes
+    assert cache == cfg.n_layer * KVCache(1, cfg.n_head, 16, cfg.head_dim).nbytes
     params = model.num_params() * 4  # tied: wte once as rows, once packed as the head
     assert fast.nbytes == params + cfg.vocab_size * cfg.n_embd * 4 + cache
 
@@ -133,6 +136,9 @@ def test_rejects_models_it_cannot_pack():
     other = GPT(cfg, mixer=lambda c, i: LinearAttention(c))
     with pytest.raises(ValueError, match="causal self-attention"):
         FastDecoder(other)
+    for changed in (dict(position="none"), dict(tie_embeddings=False)):
+        with pytest.raises(ValueError, match="learned positions, a tied head"):
+            FastDecoder(GPT(GPTConfig(**TINY, **changed)))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -182,3 +188,4 @@ def test_tokens_identical_to_hugging_face_generate(cfg):
                                min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
     assert torch.equal(FastDecoder(ours).generate(idx, n, temperature=0), expected)
     assert torch.equal(generate(ours, idx, n, temperature=0), expected)
+    assert torch.equal(generate(ours, idx, n, temperature=0, cache=concat_cache(ours)), expected)

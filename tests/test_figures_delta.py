@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpt2k3 import figures, memory
-from gpt2k3.mixers.delta import chunkwise_cost
+from gpt2k3.mixers.wy import chunkwise_cost
 
 
 def _steps(fig):

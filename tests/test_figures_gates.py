@@ -7,9 +7,10 @@ import pytest
 
 from gpt2k3 import figures
 from gpt2k3 import forgetting as fg
+from gpt2k3 import accounting
 from gpt2k3.accounting import kv_cache_bytes, kv_numbers_per_layer, state_bytes
 from gpt2k3.archs import GPT2_SMALL, KIMI_LINEAR_48B
-from gpt2k3.figures.gates import fmt_bytes
+from gpt2k3.display import fmt_bytes, fmt_decimal_bytes
 
 
 def steps_of(fig):
@@ -87,7 +88,7 @@ def test_hybrid_cache_bytes_agree_with_accounting():
     L = 1 << 20
     kimi = figures.hybrid_cache_bytes(KIMI_LINEAR_48B, 3, L)
     assert kimi["kv"] == kv_cache_bytes(KIMI_LINEAR_48B, L)  # the published schedule is 3:1
-    assert kimi["state"] == state_bytes(KIMI_LINEAR_48B, dtype_bytes=4)
+    assert kimi["state"] == state_bytes(KIMI_LINEAR_48B, dtype_bytes=4) == state_bytes(KIMI_LINEAR_48B)
     assert sum(kimi["per_layer"]) == kimi["total"] == kimi["kv"] + kimi["state"]
     assert kimi["kinds"].count("kda") == 20
     full = figures.hybrid_cache_bytes(KIMI_LINEAR_48B, 0, L)
@@ -99,6 +100,14 @@ def test_hybrid_cache_bytes_agree_with_accounting():
         figures.hybrid_spec(GPT2_SMALL, 3)  # no KDA sizes to build KDA layers from
     with pytest.raises(ValueError, match="spec must be an ArchSpec"):
         figures.hybrid_spec("Kimi", 3)
+    with pytest.raises(ValueError, match="ratio"):
+        figures.hybrid_spec(KIMI_LINEAR_48B, -1)
+    # the figures' names are the accounting's: one definition of the schedules
+    assert figures.hybrid_spec is accounting.hybrid_spec
+    assert figures.hybrid_cache_bytes is accounting.hybrid_cache_bytes
+    assert figures.ratio_label is accounting.ratio_label
+    assert figures.hybrid_spec(KIMI_LINEAR_48B, None).kda_layers == tuple(range(27))
+    assert accounting.full_attention(KIMI_LINEAR_48B).kda_layers == ()
 
 
 def test_hybrid_cache_figure():
@@ -111,7 +120,7 @@ def test_hybrid_cache_figure():
     assert list(kimi.args[2]) == [0, 1, 3]  # the all-attention reference line stays put
     totals = kimi.args[0]["y"][2]
     assert totals[-1] == figures.hybrid_cache_bytes(KIMI_LINEAR_48B, 3, 1 << 16)["total"]
-    assert fmt_bytes(totals[-1]) in kimi.args[1]["title.text"]
+    assert fmt_decimal_bytes(totals[-1]) in kimi.args[1]["title.text"]  # decimal, as chapters 7-8
     assert "7 of 27 layers keep a growing cache" in kimi.args[1]["title.text"]
     assert fig.layout.yaxis.type == "log" and fig.layout.xaxis2.type == "log"
 

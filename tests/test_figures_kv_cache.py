@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 
 from gpt2k3 import figures as F
-from gpt2k3.accounting import count_params, kv_cache_bytes
-from gpt2k3.archs import GPT2_FAMILY, GPT2_SMALL
+from gpt2k3.accounting import (cache_bound_context, decode_bytes, kv_cache_bytes, state_bytes,
+                               weights_read_per_step)
+from gpt2k3.archs import DEEPSEEK_V3, GPT2_FAMILY, GPT2_SMALL, KIMI_LINEAR_48B
+from gpt2k3.display import fmt_bytes
 from gpt2k3.figures.kv_cache import log_grid, weight_and_cache_bytes
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -18,22 +20,30 @@ def test_registered_specs_include_the_gpt2_family():
     assert names[:4] == [s.name for s in GPT2_FAMILY]
 
 
-def test_human_bytes_and_log_grid():
-    assert F.human_bytes(1536) == "1.5 KiB"
-    assert F.human_bytes(3 * 2**30) == "3 GiB"
-    assert F.human_bytes(12) == "12 B"
+def test_fmt_bytes_and_log_grid():
+    assert fmt_bytes(1536) == "1.5 KiB"
+    assert fmt_bytes(3 * 2**30) == "3 GiB"
+    assert fmt_bytes(12) == "12 B"
     g = log_grid(1, 1 << 20)
     assert g[0] == 1 and g[-1] == 1 << 20 and g == sorted(set(g))
     with pytest.raises(ValueError):
         log_grid(0, 10)
     with pytest.raises(ValueError):
-        F.human_bytes(-1)
+        fmt_bytes(-1)
 
 
-def test_weight_and_cache_bytes():
+def test_weight_and_cache_bytes_are_the_one_decode_model():
     w, c = weight_and_cache_bytes(GPT2_SMALL, 100, batch=2, weight_bytes=2, cache_bytes=0.5)
-    assert w == count_params(GPT2_SMALL).active * 2
-    assert c == kv_cache_bytes(GPT2_SMALL, 100, batch=2, dtype_bytes=1) * 0.5
+    assert w == weights_read_per_step(GPT2_SMALL, 2) * 2
+    assert c == kv_cache_bytes(GPT2_SMALL, 100, batch=2, dtype_bytes=0.5)
+    # a mixture of experts: a batch wakes more experts, so the weights read per step grow
+    w1, _ = weight_and_cache_bytes(DEEPSEEK_V3, 4096, 1)
+    w256, _ = weight_and_cache_bytes(DEEPSEEK_V3, 4096, 256)
+    assert w256 > 2 * w1 and w256 == decode_bytes(DEEPSEEK_V3, 4096, 256).weights
+    # a hybrid: the cache part carries the KDA states, read and written, in float32
+    w, c = weight_and_cache_bytes(KIMI_LINEAR_48B, 4096, 3)
+    assert c == kv_cache_bytes(KIMI_LINEAR_48B, 4096, 3) + 2 * state_bytes(KIMI_LINEAR_48B, 3, 4)
+    assert w + c == decode_bytes(KIMI_LINEAR_48B, 4096, 3).total
     with pytest.raises(ValueError, match="weight_bytes"):
         weight_and_cache_bytes(GPT2_SMALL, 1, weight_bytes=0)
 
@@ -63,13 +73,22 @@ def test_decode_step_bytes_slider_over_context_and_single_context():
 
 
 def test_crossover_is_where_cache_equals_weights():
-    fig = F.cache_bound_crossover([GPT2_SMALL], batches=(1, 8), cache_dtypes=("bf16", "fp8"))
+    fig = F.cache_bound_crossover([GPT2_SMALL, DEEPSEEK_V3], batches=(1, 8),
+                                  cache_dtypes=("bf16", "fp8"))
     bf16, fp8 = fig.layout.sliders[0].steps
     n1 = bf16.args[0]["y"][0][0]
+    assert n1 == pytest.approx(cache_bound_context(GPT2_SMALL, 1), rel=1e-5)
     w, c = weight_and_cache_bytes(GPT2_SMALL, round(n1), 1)
     assert abs(c / w - 1) < 1e-3
     assert fp8.args[0]["y"][0][0] == pytest.approx(2 * n1, rel=1e-5)       # half the bytes, twice the tokens
-    assert bf16.args[0]["y"][0][1] == pytest.approx(n1 / 8, rel=1e-5)      # 8 sequences share the weights
+    # 8 sequences share a dense model's weights (each reads its own position row): about n1 / 8
+    n8 = weights_read_per_step(GPT2_SMALL, 8) * 2 / 8 / kv_cache_bytes(GPT2_SMALL, 1)
+    assert bf16.args[0]["y"][0][1] == pytest.approx(n8, rel=1e-5)
+    assert n8 == pytest.approx(n1 / 8, rel=1e-4)
+    # a mixture of experts: 8 tokens wake more experts, the crossover falls by less than 8x
+    v1, v8 = bf16.args[0]["y"][1]
+    assert v1 == pytest.approx(cache_bound_context(DEEPSEEK_V3, 1), rel=1e-5)
+    assert v1 / 8 < v8 < v1
 
 
 def test_cache_explorer_renders_and_rejects_empty_choice():

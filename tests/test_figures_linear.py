@@ -12,7 +12,7 @@ import torch
 
 from gpt2k3 import figures
 from gpt2k3.figures.linear import fmt_bytes, fmt_seconds
-from gpt2k3.layers import StateCache
+from gpt2k3.cache import ModelCache, StateCache
 from gpt2k3.layers.linear import state_nbytes
 from gpt2k3.kv_cache import KVCache
 
@@ -66,12 +66,13 @@ def test_counts_closed_forms_match_sums_and_caches():
         assert c["no_cache_total_macs"][i] == L * H * sum(m * (m + 1) * D for m in range(1, n + 1))
         assert c["state_total_macs"][i] == n * c["state_step_macs"][i]
     # the byte counts are what the real caches hold
-    kv = KVCache(L, 1, H, 40, D)
-    kv.length = 40
+    kv = ModelCache(KVCache(1, H, 40, D) for _ in range(L))
+    for layer in kv:
+        layer.extend(torch.zeros(1, H, 40, D), torch.zeros(1, H, 40, D))
     assert c["kv_bytes"][2] == kv.used_nbytes
-    st = StateCache(L)
-    for layer in range(L):
-        st.set(layer, (torch.zeros(1, H, D, D), torch.zeros(1, H, D)))
+    st = ModelCache(StateCache() for _ in range(L))
+    for layer in st:
+        layer.extend((torch.zeros(1, H, D, D), torch.zeros(1, H, D)), 1)
     assert c["state_bytes"][0] == st.nbytes == state_nbytes(L, H, D)
 
 

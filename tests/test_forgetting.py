@@ -136,6 +136,20 @@ def test_recall_by_age_matches_direct_state():
     assert prof.error == pytest.approx(err.tolist())
 
 
+def test_recall_by_age_full_reset_keeps_only_the_last_pair():
+    """Issue #19: rule='additive' with log_alpha = -inf came back all NaN (-inf * 0 for the newest
+    pair). A full reset before every write leaves exactly the last pair, written with beta = 1:
+    S = k_last^T v_last for either rule, so both profiles are the same, and finite."""
+    add, dn = (fg.recall_by_age(8, 10, rule=rule, beta=1.0, log_alpha=-math.inf, trials=4)
+               for rule in ("additive", "delta"))
+    for prof in (add, dn):
+        assert all(math.isfinite(x) for x in prof.error + prof.signal)
+        assert prof.error[0] == pytest.approx(0.0, abs=1e-12)
+        assert prof.signal[0] == pytest.approx(1.0)
+    assert add.error == pytest.approx(dn.error, abs=1e-12)
+    assert add.signal == pytest.approx(dn.signal, abs=1e-12)
+
+
 def test_recall_by_age_bad_input():
     with pytest.raises(ValueError, match="rule must be 'delta' or 'additive'"):
         fg.recall_by_age(4, 4, rule="least_squares")

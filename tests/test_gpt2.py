@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from gpt2k3.cache import ModelCache
 from gpt2k3.gpt2 import GPT, GPTConfig, generate, trace_shapes
-from gpt2k3.kv_cache import KVCache, causal_mask
+from gpt2k3.kv_cache import KVCache, causal_mask, concat_cache
 
 TINY = dict(block_size=32, vocab_size=97, n_layer=2, n_head=4, n_embd=32)
 
@@ -18,6 +19,7 @@ def model():
 @pytest.mark.parametrize("field,value", [
     ("n_layer", 0), ("n_head", -1), ("n_embd", 0), ("vocab_size", 0), ("block_size", 0),
     ("n_layer", 2.5), ("dropout", 1.0), ("dropout", -0.1), ("bias", 1),
+    ("position", "rope"), ("position", None), ("tie_embeddings", 1), ("tie_embeddings", "no"),
 ])
 def test_config_rejects_bad_field(field, value):
     with pytest.raises(ValueError, match=field):
@@ -37,6 +39,36 @@ def test_forward_shapes_and_tied_head(model):
     assert model.num_params(non_embedding=True) == model.num_params() - 32 * 32
 
 
+def test_no_position_table_and_an_untied_head():
+    """``position="none"`` drops ``wpe`` (nothing left for ``non_embedding`` to drop);
+    ``tie_embeddings=False`` gives the head a matrix of its own."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**TINY, position="none", tie_embeddings=False)).eval()
+    assert "wpe" not in m.transformer
+    assert m.lm_head.weight is not m.transformer.wte.weight
+    plain = GPT(GPTConfig(**TINY))
+    assert m.num_params() == plain.num_params() - 32 * 32 + 97 * 32
+    assert m.num_params(non_embedding=True) == m.num_params()
+    idx = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        full = m(idx)
+        cache = m.new_cache(2)
+        steps = torch.cat([m(idx[:, :4], cache=cache)] +
+                          [m(idx[:, t:t + 1], cache=cache) for t in range(4, 9)], dim=1)
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+
+
+def test_constructor_rejects_bad_parts():
+    cfg = GPTConfig(**TINY)
+    with pytest.raises(ValueError, match="config must be a GPTConfig"):
+        GPT(TINY)
+    for name in ("mixer", "mlp", "norm"):
+        with pytest.raises(ValueError, match=name):
+            GPT(cfg, **{name: "not callable"})
+    with pytest.raises(ValueError, match="residual"):
+        GPT(cfg, residual=lambda blocks, x, caches: x)
+
+
 def test_forward_is_causal(model):
     idx = torch.randint(0, 97, (1, 12))
     changed = idx.clone()
@@ -52,6 +84,8 @@ def test_forward_is_causal(model):
     (torch.zeros(1, 0, dtype=torch.long), "at least one token"),
     (torch.zeros(4, dtype=torch.long), "idx must be"),
     (torch.zeros(1, 4), "idx must be"),
+    (torch.full((1, 3), 97), r"token ids in \[0, vocab_size=97\)"),
+    (torch.tensor([[0, -1, 2]]), r"token ids in \[0, vocab_size=97\)"),
 ])
 def test_forward_rejects_bad_input(model, idx, match):
     with pytest.raises(ValueError, match=match):
@@ -63,7 +97,7 @@ def test_cached_forward_equals_full_forward_for_any_chunking(model):
     with torch.no_grad():
         full = model(idx)
         for cuts in ([20], [1] * 20, [7, 6, 7], [5, 1, 1, 13]):
-            cache = KVCache.for_model(model.config, batch=2)
+            cache = model.new_cache(2)
             pieces, start = [], 0
             for n in cuts:
                 pieces.append(model(idx[:, start:start + n], cache=cache))
@@ -74,13 +108,15 @@ def test_cached_forward_equals_full_forward_for_any_chunking(model):
 
 def test_chunked_prefill_fills_the_same_cache(model):
     idx = torch.randint(0, 97, (1, 16))
-    one, chunked = (KVCache.for_model(model.config, max_len=16) for _ in range(2))
+    one, chunked = (model.new_cache(1, 16) for _ in range(2))
     with torch.no_grad():
         model(idx, cache=one)
         model(idx[:, :5], cache=chunked)
         model(idx[:, 5:], cache=chunked)
-    for a, b in zip(one.k + one.v, chunked.k + chunked.v):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert len(one) == len(chunked) == model.config.n_layer
+    for a, b in zip(one, chunked):  # one KVCache per layer
+        torch.testing.assert_close(a.k, b.k, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(a.v, b.v, atol=1e-6, rtol=1e-5)
 
 
 def test_causal_mask_for_a_chunk_after_a_cache():
@@ -90,31 +126,110 @@ def test_causal_mask_for_a_chunk_after_a_cache():
                           [True, True, True, True, True]]
 
 
-def test_kv_cache_bytes_overflow_and_validation():
-    c = KVCache(n_layer=2, batch=1, n_head=4, max_len=8, head_dim=16)
-    assert c.nbytes == 2 * 2 * 1 * 4 * 8 * 16 * 4
+def test_kv_cache_bytes_overflow_and_validation(model):
+    c = KVCache(batch=1, n_head=4, max_len=8, head_dim=16)  # one layer's cache
+    assert c.nbytes == 2 * 1 * 4 * 8 * 16 * 4  # (K, V) x batch x heads x max_len x D x fp32
+    assert c.length == 0 and c.used_nbytes == 0
     k = torch.randn(1, 4, 5, 16)
-    full_k, _ = c.update(0, k, k)
-    assert full_k.shape == (1, 4, 5, 16)
-    c.advance(5)
+    full_k, full_v = c.extend(k, 2 * k)  # writes and moves the length: no separate advance
+    assert full_k.shape == full_v.shape == (1, 4, 5, 16) and c.length == 5
+    torch.testing.assert_close(full_k, k, rtol=0, atol=0)
+    torch.testing.assert_close(full_v, 2 * k, rtol=0, atol=0)
     assert c.used_nbytes == c.nbytes * 5 // 8
     with pytest.raises(ValueError, match="max_len=8"):
-        c.update(0, k, k)
+        c.extend(k, k)
+    assert c.length == 5 and torch.equal(c.k[:, :, 5:], torch.zeros(1, 4, 3, 16))  # nothing written
     with pytest.raises(ValueError, match="shape"):
-        c.update(0, torch.randn(1, 3, 1, 16), torch.randn(1, 3, 1, 16))
-    with pytest.raises(ValueError, match="layer"):
-        c.update(2, k[:, :, :1], k[:, :, :1])
+        c.extend(torch.randn(1, 3, 1, 16), torch.randn(1, 3, 1, 16))
+    # the old cache took a layer index; a model's cache is now one KVCache per layer, and one of
+    # the wrong number of layers is refused
+    with pytest.raises(ValueError, match="one layer cache per block"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=ModelCache([c]))
     with pytest.raises(ValueError, match="max_len"):
-        KVCache(n_layer=1, batch=1, n_head=1, max_len=0, head_dim=4)
+        KVCache(batch=1, n_head=1, max_len=0, head_dim=4)
+    c.reset()
+    assert c.length == 0 and c.used_nbytes == 0 and c.nbytes == 2 * 1 * 4 * 8 * 16 * 4
 
 
 def test_model_refuses_to_overflow_its_cache(model):
-    cache = KVCache.for_model(model.config, max_len=6)
+    cache = model.new_cache(1, max_len=6)
     with torch.no_grad():
         model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
         with pytest.raises(ValueError, match="overflow"):
             model(torch.zeros(1, 2, dtype=torch.long), cache=cache)
     assert cache.length == 5  # nothing was written past the end
+    assert all(c.length == 5 for c in cache)
+
+
+def test_check_room_refuses_an_overflow_before_any_layer_is_written(model):
+    cache = model.new_cache(1, max_len=6)
+    with torch.no_grad():
+        model(torch.ones(1, 4, dtype=torch.long), cache=cache)
+    before = [(c.k.clone(), c.v.clone()) for c in cache]
+    with pytest.raises(ValueError, match="overflow"):
+        cache.check_room(3)
+    cache.check_room(2)  # what fits passes
+    with pytest.raises(ValueError, match="t must be a non-negative int"):
+        cache.check_room(-1)
+    with torch.no_grad(), pytest.raises(ValueError, match="overflow"):
+        model(torch.ones(1, 3, dtype=torch.long), cache=cache)
+    # no layer was written, not even the first: the model checked every layer's room first
+    assert [c.length for c in cache] == [4] * model.config.n_layer
+    for c, (k, v) in zip(cache, before):
+        assert torch.equal(c.k, k) and torch.equal(c.v, v)
+
+
+def test_model_cache_protocol(model):
+    cache = model.new_cache(2, 10)
+    assert isinstance(cache, ModelCache) and len(cache) == model.config.n_layer
+    assert cache.kinds == ("KVCache",) * model.config.n_layer
+    assert all(isinstance(c, KVCache) for c in cache) and cache[0] is cache.layers[0]
+    per_layer = 2 * 2 * 4 * 10 * 8 * 4  # (K, V) x batch x heads x max_len x D x fp32
+    assert cache.nbytes == model.config.n_layer * per_layer and cache.used_nbytes == 0
+    with torch.no_grad():
+        model(torch.zeros(2, 4, dtype=torch.long), cache=cache)
+    assert cache.length == 4
+    assert cache.used_nbytes == cache.nbytes * 4 // 10
+    assert cache.nbytes_by_kind() == {"KVCache": cache.used_nbytes}
+    cache.reset()
+    assert cache.length == 0 and cache.used_nbytes == 0
+    with pytest.raises(ValueError, match="at least one layer"):
+        ModelCache([])
+    with pytest.raises(ValueError, match=r"layers\[1\] must be a LayerCache"):
+        ModelCache([cache[0], "kv"])
+    with pytest.raises(ValueError, match="cache must be a ModelCache"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=cache[0])
+
+
+def test_model_cache_refuses_layers_that_disagree_on_the_length(model):
+    cache = model.new_cache(1, 8)
+    with torch.no_grad():
+        model(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+    cache[0].extend(torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8))  # one layer runs ahead
+    with pytest.raises(ValueError, match=r"disagree on the length: \[3, 4\]"):
+        _ = cache.length
+    with torch.no_grad(), pytest.raises(ValueError, match="disagree"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+    cache.reset()
+    assert cache.length == 0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch=1, max_len=33), "max_len must be at most block_size=32"),
+    (dict(batch=0), "batch"),
+    (dict(batch=1, max_len=0), "max_len"),
+    (dict(batch=1.0), "batch"),
+])
+def test_new_cache_rejects_bad_sizes(model, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        model.new_cache(**kwargs)
+
+
+def test_new_cache_default_size_dtype_and_device(model):
+    cache = model.new_cache()
+    assert all(c.max_len == 32 and c.batch == 1 and c.k.dtype == torch.float32 for c in cache)
+    wide = model.new_cache(1, 4, dtype=torch.float64)
+    assert all(c.k.dtype == torch.float64 for c in wide)
 
 
 def test_generate_greedy_same_with_and_without_cache(model):
@@ -146,6 +261,22 @@ def test_generate_sampling_is_seeded_and_respects_top_k(model):
 def test_generate_zero_tokens_returns_prompt(model):
     idx = torch.randint(0, 97, (1, 4))
     assert torch.equal(generate(model, idx, 0), idx)
+    assert torch.equal(generate(model, idx, 0, use_cache=False), idx)
+
+
+def test_generate_through_a_given_cache(model):
+    """An empty cache passed in is the one generate decodes through (here the seed's
+    concatenating cache, and a preallocated one of room for exactly prompt + new tokens)."""
+    idx = torch.randint(0, 97, (2, 5))
+    ref = generate(model, idx, 9, temperature=0, use_cache=False)
+    concat = concat_cache(model, 2)
+    assert torch.equal(generate(model, idx, 9, temperature=0, cache=concat), ref)
+    assert concat.length == 5 + 9 - 1  # the last token is sampled, never fed back
+    pre = model.new_cache(2, 14)
+    assert torch.equal(generate(model, idx, 9, temperature=0, cache=pre), ref)
+    assert pre.length == 13
+    with pytest.raises(ValueError, match="overflow"):
+        generate(model, idx, 9, temperature=0, cache=model.new_cache(2, 12))
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -155,10 +286,30 @@ def test_generate_zero_tokens_returns_prompt(model):
     (dict(max_new_tokens=2, temperature=float("nan")), "temperature"),
     (dict(max_new_tokens=2, top_k=0), "top_k"),
     (dict(max_new_tokens=2, top_k=98), "top_k"),
+    (dict(max_new_tokens=2, use_cache=1), "use_cache"),
+    (dict(max_new_tokens=2, cache="preallocated"), "cache must be a ModelCache"),
+    (dict(max_new_tokens=2, cache_impl="concat"), "cache_impl"),  # gone: a TypeError
 ])
 def test_generate_rejects_bad_arguments(model, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    err = TypeError if "cache_impl" in kwargs else ValueError
+    with pytest.raises(err, match=match):
         generate(model, torch.zeros(1, 4, dtype=torch.long), **kwargs)
+
+
+def test_generate_rejects_a_cache_it_cannot_use(model):
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="use_cache=False"):
+        generate(model, idx, 2, use_cache=False, cache=model.new_cache(1))
+    used = model.new_cache(1)
+    with torch.no_grad():
+        model(idx, cache=used)
+    with pytest.raises(ValueError, match=r"cache must be empty \(length 0\), got length 4"):
+        generate(model, idx, 2, cache=used)
+    other = GPT(GPTConfig(**{**TINY, "n_layer": 3}))
+    with pytest.raises(ValueError, match="one layer cache per block"):
+        generate(model, idx, 2, cache=other.new_cache(1))
+    with pytest.raises(ValueError, match="token ids"):
+        generate(model, torch.full((1, 4), 97), 2)
 
 
 def test_trace_shapes(model):

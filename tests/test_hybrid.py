@@ -1,4 +1,4 @@
-"""The KDA / attention hybrid: schedule, mixer factory, HybridCache = full forward, cache sizes."""
+"""The KDA / attention hybrid: schedule, mixer factory, its layers' caches = full forward, cache sizes."""
 
 import pytest
 import torch
@@ -6,10 +6,11 @@ import torch
 from gpt2k3.accounting import hybrid_layers
 from gpt2k3.archs import KIMI_LINEAR_48B
 from gpt2k3.gpt2 import GPT, CausalSelfAttention, GPTConfig
-from gpt2k3.kv_cache import KVCache
+from gpt2k3.cache import ModelCache, StateCache
+from gpt2k3.kv_cache import KVCache, concat_cache
 from gpt2k3.layers.delta import KDA, DeltaState, GatedDeltaNet
-from gpt2k3.layers.hybrid import (ATTENTION_KIND, KDA_KIND, HybridCache, forward_in_pieces,
-                                  hybrid_gpt, hybrid_mixer, hybrid_schedule, schedule_of)
+from gpt2k3.layers.hybrid import (ATTENTION_KIND, KDA_KIND, forward_in_pieces, hybrid_gpt,
+                                  hybrid_mixer, hybrid_schedule, schedule_of)
 
 CFG = GPTConfig(block_size=64, vocab_size=101, n_layer=6, n_head=2, n_embd=16)
 
@@ -82,68 +83,103 @@ def test_hybrid_cache_prompt_then_decode_equals_full_forward(ratio, sizes):
     idx = ids(sum(sizes))
     with torch.no_grad():
         full = model(idx)
-    cache = HybridCache.for_model(model, batch=2, max_len=32)
-    stepped, _ = forward_in_pieces(model, idx, cache, sizes)
+    cache = model.new_cache(2, 32)
+    stepped, used = forward_in_pieces(model, idx, cache, sizes)
     torch.testing.assert_close(stepped, full, atol=1e-12, rtol=1e-12)
-    assert cache.length == sum(sizes)
+    assert cache.length == sum(sizes) and len(used) == len(sizes)
+    assert all(c.length == sum(sizes) for c in cache)
+
+
+def test_the_cache_follows_the_schedule():
+    """A hybrid's cache is ``model.new_cache``: a KVCache for each attention layer, a
+    StateCache for each KDA layer, in the model's dtype."""
+    torch.manual_seed(0)
+    for ratio in (0, 1, 2, None):
+        model = hybrid_gpt(CFG, ratio=ratio).double()
+        cache = model.new_cache(2, 16)
+        assert isinstance(cache, ModelCache) and len(cache) == CFG.n_layer
+        assert cache.kinds == tuple("KVCache" if k == ATTENTION_KIND else "StateCache"
+                                    for k in schedule_of(model))
+        assert all(c.k.dtype == torch.float64 for c in cache if isinstance(c, KVCache))
 
 
 def test_all_attention_hybrid_matches_a_plain_kv_cache():
+    """With no KDA layer the hybrid is GPT-2: the same weights give the same logits as a plain
+    GPT through its KV caches (bit for bit), and as the seed's concatenating cache."""
     torch.manual_seed(0)
     model = hybrid_gpt(CFG, ratio=0).eval()
+    plain = GPT(CFG).eval()
+    plain.load_state_dict(model.state_dict())
     idx = ids(12)
-    a, _ = forward_in_pieces(model, idx, HybridCache.for_model(model, batch=2, max_len=12), [4] + [1] * 8)
-    b, _ = forward_in_pieces(model, idx, KVCache.for_model(CFG, batch=2, max_len=12), [4] + [1] * 8)
+    sizes = [4] + [1] * 8
+    a, _ = forward_in_pieces(model, idx, model.new_cache(2, 12), sizes)
+    b, _ = forward_in_pieces(plain, idx, plain.new_cache(2, 12), sizes)
     torch.testing.assert_close(a, b, atol=0, rtol=0)
+    c, _ = forward_in_pieces(model, idx, concat_cache(model, 2), sizes)
+    torch.testing.assert_close(c, a, atol=1e-6, rtol=1e-6)
 
 
 # --------------------------------------------------------------------------- cache sizes
 def test_cache_holds_kv_only_for_attention_layers_and_states_stay_fixed():
     torch.manual_seed(0)
     model = hybrid_gpt(CFG, ratio=2).eval()  # attention in layers 3 and 6 (1-based)
-    cache = HybridCache.for_model(model, batch=2, max_len=40)
-    assert cache.attention_layers == (2, 5) and cache.linear_layers == (0, 1, 3, 4)
-    assert cache.kv.n_layer == 2
+    cache = model.new_cache(2, 40)
+    attention = tuple(i for i, c in enumerate(cache) if isinstance(c, KVCache))
+    linear = tuple(i for i, c in enumerate(cache) if isinstance(c, StateCache))
+    assert attention == (2, 5) and linear == (0, 1, 3, 4)
     kv_alloc = 2 * 2 * (2 * CFG.n_head * 40 * CFG.head_dim) * 4  # layers x (K, V) x numbers x fp32
     assert cache.nbytes == kv_alloc and cache.used_nbytes == 0
+    assert cache.nbytes_by_kind() == {"StateCache": 0, "KVCache": 0}
     _, used = forward_in_pieces(model, ids(20), cache, [10] + [1] * 10)
     per_token = 2 * 2 * (2 * CFG.n_head * CFG.head_dim) * 4  # layers x batch x (K+V) x fp32
-    state = cache.state_nbytes
+    state = cache.nbytes_by_kind()["StateCache"]
     assert state == 4 * model.transformer.h[0].attn.state_numbers(batch=2) * 4
     assert [u - state for u in used] == [per_token * n for n in range(10, 21)]
-    assert cache.kv_nbytes == per_token * 20
+    assert cache.nbytes_by_kind()["KVCache"] == per_token * 20
+    assert cache.used_nbytes == state + per_token * 20
     assert cache.nbytes == kv_alloc + state
-    assert all(isinstance(cache.get(i), DeltaState) for i in cache.linear_layers)
+    assert all(isinstance(cache[i].state, DeltaState) for i in linear)
 
 
 def test_cache_errors_and_reset():
     torch.manual_seed(0)
     model = hybrid_gpt(CFG, ratio=2).eval()
-    cache = HybridCache.for_model(model, batch=1, max_len=8)
-    k = torch.zeros(1, CFG.n_head, 1, CFG.head_dim)
-    with pytest.raises(ValueError, match=r"layer 0 is not an attention layer; attention layers are \(2, 5\)"):
-        cache.update(0, k, k)
-    with pytest.raises(ValueError, match=r"layer 2 is not a linear \(KDA\) layer"):
-        cache.get(2)
-    with pytest.raises(ValueError, match="layer 9 is not a linear"):
-        cache.set(9, None)
+    cache = model.new_cache(1, 8)
+    # each layer accepts only its own kind of cache: a KDA layer refuses a KV cache, an
+    # attention layer a state (the old HybridCache refused the wrong layer index)
+    kda, attn = model.transformer.h[0].attn, model.transformer.h[2].attn
+    x = torch.zeros(1, 1, CFG.n_embd)
+    with pytest.raises(ValueError, match="a KVCache is for softmax attention"):
+        kda(x, cache=cache[2])
+    with pytest.raises(ValueError, match="cache must be a KVCache"):
+        attn(x, cache=cache[0])
+    assert cache.length == 0  # a refused cache is left as it was
+    # so another schedule's cache is refused by the model
+    other = hybrid_gpt(CFG, ratio=1).new_cache(1, 8)
+    with torch.no_grad(), pytest.raises(ValueError, match="KVCache|StateCache"):
+        model(ids(1, B=1), cache=other)
     forward_in_pieces(model, ids(8, B=1), cache, [8])
     with pytest.raises(ValueError, match="KVCache overflow"):
         with torch.no_grad():
             model(ids(1, B=1), cache=cache)
+    assert cache.length == 8
     cache.reset()
-    assert cache.length == 0 and cache.state_nbytes == 0 and cache.kv_nbytes == 0
-    all_kda = HybridCache(hybrid_schedule(3, None), batch=1, n_head=2, max_len=4, head_dim=8)
-    assert all_kda.kv is None and all_kda.nbytes == 0
+    assert cache.length == 0 and cache.used_nbytes == 0
+    assert cache.nbytes_by_kind() == {"StateCache": 0, "KVCache": 0}
+    assert all(c.state is None for c in cache if isinstance(c, StateCache))
+    all_kda = hybrid_gpt(GPTConfig(block_size=64, vocab_size=101, n_layer=3, n_head=2, n_embd=16),
+                         ratio=None).new_cache(1, 4)
+    assert all_kda.kinds == ("StateCache",) * 3 and all_kda.nbytes == 0
     all_kda.check_room(10**6)  # states never run out of room
-    all_kda.advance(5)
+    for c in all_kda:
+        c.extend(torch.zeros(1), 5)
     assert all_kda.length == 5
 
 
 def test_forward_in_pieces_validates():
     torch.manual_seed(0)
     model = hybrid_gpt(CFG, ratio=1).eval()
-    cache = HybridCache.for_model(model)
+    cache = model.new_cache()
     with pytest.raises(ValueError, match="sizes must be positive ints adding up to T = 5"):
         forward_in_pieces(model, ids(5), cache, [2, 2])
     with pytest.raises(ValueError, match="sizes must be positive ints"):
@@ -153,12 +189,15 @@ def test_forward_in_pieces_validates():
 
 
 def test_generate_through_the_hybrid_cache():
-    """gpt2k3.gpt2.generate decodes a hybrid through HybridCache.for_model: same greedy tokens."""
+    """gpt2k3.gpt2.generate decodes a hybrid through its layers' caches (``model.new_cache``,
+    the default): same greedy tokens as recomputing every step."""
     from gpt2k3.gpt2 import generate
 
     torch.manual_seed(0)
     model = hybrid_gpt(CFG, ratio=2).double()
     prompt = ids(5)
-    cached = generate(model, prompt, 12, temperature=0, cache_impl=HybridCache.for_model)
     recomputed = generate(model, prompt, 12, temperature=0, use_cache=False)
-    assert torch.equal(cached, recomputed)
+    assert torch.equal(generate(model, prompt, 12, temperature=0), recomputed)
+    cache = model.new_cache(2, 17)
+    assert torch.equal(generate(model, prompt, 12, temperature=0, cache=cache), recomputed)
+    assert cache.length == 16 and set(cache.kinds) == {"KVCache", "StateCache"}

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt2k3 import figures
-from gpt2k3.accounting import (count_params, decode_bytes_per_token, kv_cache_bytes,
+from gpt2k3.accounting import (H200, count_params, decode_bytes_per_token, kv_cache_bytes,
                                kv_numbers_per_layer, max_batch, memory_per_sequence, roofline,
                                serving_plan, state_bytes)
 from gpt2k3.archs import (GPT2_SMALL, K3_ASSUMPTIONS, K3_SCALE, K3_TOTAL_PARAMS, KIMI_K2,
@@ -49,7 +49,7 @@ def test_every_assumption_is_stated_with_a_status():
 
 def test_k3_scale_equals_transformers_kimi_linear_on_the_meta_device():
     pytest.importorskip("transformers")
-    from gpt2k3.archs import hf_meta_model
+    from gpt2k3.oracles import hf_meta_model
 
     model = hf_meta_model(K3_SCALE)
     assert type(model).__name__ == "KimiLinearForCausalLM"
@@ -157,7 +157,7 @@ def test_the_roofline_against_the_published_speedups():
     assert r["memory_limited"] < eight["memory_limited"] < eight["ceiling"]
     # the ceiling: all-MLA at batch 1 against the hybrid reading only its cache and state
     assert r["ceiling"] == pytest.approx(
-        roofline(full, ONE_M).per_token_s * 4.5e12
+        roofline(full, ONE_M).per_token_s * H200.bandwidth
         / (kv_cache_bytes(KIMI_LINEAR_48B, ONE_M) + 2 * state_bytes(KIMI_LINEAR_48B, 1, 4)))
 
 

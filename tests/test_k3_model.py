@@ -14,11 +14,13 @@ import torch.nn.functional as F
 from gpt2k3.accounting import count_params, kda_log_decay
 from gpt2k3.archs import KIMI_K3
 from gpt2k3.gpt2 import GPT, GPTConfig, generate
-from gpt2k3.k3 import (SITU_BETA, SITU_LINEAR_BETA, BoundedKDA, DepthMix, GatedNoPEMLA, K3Cache,
-                       LatentMoE, LatentMoEConfig, TinyK3, bounded_log_decay, depth_mix,
-                       depth_mix_reference, k3_schedule, situ, situ_reference, tiny_k3)
+from gpt2k3.cache import ModelCache
+from gpt2k3.k3 import (SITU_BETA, SITU_LINEAR_BETA, AttnResidual, BoundedKDA, DepthMix,
+                       GatedNoPEMLA, LatentMoE, LatentMoEConfig, bounded_log_decay, depth_mix,
+                       depth_mix_reference, k3_model, k3_schedule, situ, situ_reference, tiny_k3)
 from gpt2k3.layers import StateCache
-from gpt2k3.mixers.mla import MLA, MLAConfig
+from gpt2k3.layers.delta import DeltaState
+from gpt2k3.mixers.mla import MLA, LatentCache, MLAConfig
 
 CFG = GPTConfig(block_size=64, vocab_size=97, n_layer=5, n_head=2, n_embd=32)
 
@@ -88,10 +90,12 @@ def test_bounded_kda_layer_gate_range_full_rank_gate_and_cache():
     la = layer.log_alpha(x * 1e3)
     assert la.shape == (2, H, 9, Dk) and bool(((la >= -2.0) & (la <= 0)).all())
     full = layer(x)
-    cache = StateCache(1)
+    cache = layer.new_cache(2)
+    assert isinstance(cache, StateCache)
     pieces = [layer(x[:, :4], cache=cache)] + [layer(x[:, i:i + 1], cache=cache)
                                                for i in range(4, 9)]
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
+    assert cache.length == 9 and isinstance(cache.state, DeltaState)
     with pytest.raises(ValueError, match="lower_bound"):
         BoundedKDA(CFG, lower_bound=1.0)
 
@@ -119,6 +123,13 @@ def test_gated_nope_mla_cached_decodes_equal_the_full_forward():
     torch.testing.assert_close(first, full[:, :3], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(dn, full[:, 3:], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(da, full[:, 3:], rtol=1e-12, atol=1e-12)
+    # MLA's forward(x, cache): the token-mixer form, absorbed or expanded for single tokens
+    for absorb in (True, False):
+        m.absorb = absorb
+        cache = m.new_cache(2, 10)
+        steps = [m(x[:, :3], cache=cache)] + [m(x[:, i:i + 1], cache=cache) for i in range(3, 10)]
+        torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-12, atol=1e-12)
+        assert cache.length == 10
 
 
 def test_nope_mla_sees_no_positions_and_the_gate_is_a_sigmoid():
@@ -262,8 +273,16 @@ def test_k3_schedule_is_the_published_rule():
 def test_count_params_of_the_spec_equals_the_built_module(kw):
     torch.manual_seed(0)
     model = tiny_k3(CFG, **kw)
-    assert isinstance(model, GPT) and isinstance(model, TinyK3)
+    assert type(model) is GPT  # the book's one decoder, not a subclass
     assert count_params(model.spec).total == sum(p.numel() for p in model.parameters())
+    # nothing to drop: K3 has no position table (TinyK3 used to drop the token table here)
+    assert model.num_params(non_embedding=True) == model.num_params() == count_params(model.spec).total
+    assert model.config.position == "none" and model.config.tie_embeddings is False
+    if model.spec.attn_res_block_size:
+        assert isinstance(model.residual, AttnResidual)
+        assert model.residual.block_size == model.spec.attn_res_block_size
+    else:
+        assert model.residual is None
     assert model.spec.k3_features    # the spec really uses K3's fields
     assert model.lm_head.weight is not model.transformer.wte.weight
     assert "wpe" not in model.transformer
@@ -295,11 +314,35 @@ def test_attention_residual_sources_follow_sglangs_block_rule():
         for hk in hooks:
             hk.remove()
         expected = []
-        for i in range(cfg.n_layer):
-            expected += [(f"transformer.h.{i}.attn_res", -(-i // S) + 1),
-                         (f"transformer.h.{i}.mlp_res", i // S + 2)]
-        expected.append(("transformer.final_res", -(-cfg.n_layer // S) + 1))
+        for i in range(cfg.n_layer):  # the DepthMix reads live in the residual part
+            expected += [(f"residual.attn_mix.{i}", -(-i // S) + 1),
+                         (f"residual.mlp_mix.{i}", i // S + 2)]
+        expected.append(("residual.final", -(-cfg.n_layer // S) + 1))
         assert seen == expected
+
+
+def test_attention_residual_part_and_k3_model_validate():
+    torch.manual_seed(0)
+    model = tiny_k3(CFG)
+    res = model.residual
+    assert len(res.attn_mix) == len(res.mlp_mix) == CFG.n_layer and isinstance(res.final, DepthMix)
+    x = torch.zeros(1, 2, CFG.n_embd)
+    with pytest.raises(ValueError, match="blocks must hold 5 blocks, got 4"):
+        res(model.transformer.h[:4], x, [None] * 4)
+    for args, match in (((0, 8, 2), "n_layer"), ((3, 8, 0), "block_size"), ((3, 0, 2), "d_model")):
+        with pytest.raises(ValueError, match=match):
+            AttnResidual(*args)
+    # k3_model rebuilds the same model from the spec
+    torch.manual_seed(0)
+    again = k3_model(CFG, model.spec)
+    assert again.schedule == model.schedule and again.spec is model.spec
+    assert again.num_params() == model.num_params()
+    with pytest.raises(ValueError, match="config must be a GPTConfig"):
+        k3_model("gpt2", model.spec)
+    with pytest.raises(ValueError, match="spec must be an ArchSpec"):
+        k3_model(CFG, "k3")
+    with pytest.raises(ValueError, match="must match config"):
+        k3_model(GPTConfig(block_size=64, vocab_size=97, n_layer=4, n_head=2, n_embd=32), model.spec)
 
 
 def test_the_tiny_k3_trains_on_cpu():
@@ -324,7 +367,9 @@ def test_cached_forward_equals_the_full_forward_in_float64():
     model = tiny_k3(CFG).double().eval()
     idx = torch.randint(0, 97, (2, 20), generator=_gen(13))
     full = model(idx)
-    cache = K3Cache.for_model(model, batch=2, max_len=20)
+    cache = model.new_cache(2, 20)
+    assert isinstance(cache, ModelCache)
+    assert cache.kinds == ("StateCache",) * 3 + ("LatentCache",) * 2   # by the K3 schedule
     pieces = [model(idx[:, :7], cache=cache)]
     nbytes = [cache.nbytes]
     for i in range(7, 20):
@@ -332,19 +377,34 @@ def test_cached_forward_equals_the_full_forward_in_float64():
         nbytes.append(cache.nbytes)
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=1e-10, atol=1e-10)
     assert cache.length == 20 and len(set(nbytes)) == 1      # preallocated latents, fixed states
-    assert all(c.length == 20 for c in cache.latents.values())
-    assert all(s.S.shape == (2, 2, 16, 16) for s in cache.states.values())
+    latents = [c for c in cache if isinstance(c, LatentCache)]
+    states = [c.state for c in cache if isinstance(c, StateCache)]
+    assert len(latents) == 2 and all(c.length == 20 for c in latents)
+    assert len(states) == 3 and all(s.S.shape == (2, 2, 16, 16) for s in states)
+    by_kind = cache.nbytes_by_kind()
+    assert by_kind["LatentCache"] == sum(c.used_nbytes for c in latents) == 2 * 2 * 20 * (16 + 4) * 8
+    assert by_kind["StateCache"] == sum(c.nbytes for c in cache if isinstance(c, StateCache))
     with pytest.raises(ValueError, match="overflow"):
         model(idx[:, :1], cache=cache)
+    # the expanded MLA decode (the only one the old TinyK3 used) gives the same logits
+    for block in model.transformer.h:
+        block.attn.absorb = False
+    cache.reset()
+    naive = [model(idx[:, :7], cache=cache)] + [model(idx[:, i:i + 1], cache=cache)
+                                                for i in range(7, 20)]
+    torch.testing.assert_close(torch.cat(naive, 1), full, rtol=1e-10, atol=1e-10)
 
 
 def test_greedy_decoding_is_token_identical_with_and_without_the_cache():
     torch.manual_seed(0)
     model = tiny_k3(CFG)
     prompt = torch.randint(0, 97, (2, 5), generator=_gen(14))
-    cached = generate(model, prompt, 24, temperature=0, cache_impl=K3Cache.for_model)
+    cached = generate(model, prompt, 24, temperature=0)   # through model.new_cache
     uncached = generate(model, prompt, 24, use_cache=False, temperature=0)
     assert torch.equal(cached, uncached)
+    cache = model.new_cache(2, 29)
+    assert torch.equal(generate(model, prompt, 24, temperature=0, cache=cache), uncached)
+    assert cache.length == 28
 
 
 def test_bad_inputs_raise_value_errors_naming_the_argument():
@@ -363,10 +423,16 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
     model = tiny_k3(CFG)
     with pytest.raises(ValueError, match="idx"):
         model(torch.zeros(2, 3))
-    cache = K3Cache.for_model(model)
-    with pytest.raises(ValueError, match="not an MLA layer"):
-        cache.latent(0)
-    with pytest.raises(ValueError, match="not a KDA layer"):
-        cache.get(4)
-    with pytest.raises(ValueError, match="model"):
-        K3Cache(GPT(CFG))
+    with pytest.raises(ValueError, match="token ids"):
+        model(torch.full((1, 3), 97))
+    # each layer takes only its own kind of cache (K3Cache refused the wrong layer index)
+    cache = model.new_cache()
+    x = torch.zeros(1, 1, CFG.n_embd)
+    with pytest.raises(ValueError, match="cache must be a LatentCache"):
+        model.transformer.h[4].attn(x, cache=cache[0])
+    with pytest.raises(ValueError, match="cache must be a StateCache"):
+        model.transformer.h[0].attn(x, cache=cache[4])
+    with pytest.raises(ValueError, match="a KVCache is for softmax attention"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=GPT(CFG).new_cache())  # GPT-2's cache
+    with pytest.raises(ValueError, match="max_len must be at most block_size"):
+        model.new_cache(1, CFG.block_size + 1)

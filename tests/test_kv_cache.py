@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpt2k3.gpt2 import GPT, GPTConfig, generate
-from gpt2k3.kv_cache import ConcatKVCache, KVCache, causal_mask, seed_cached_attention
+from gpt2k3.kv_cache import ConcatKVCache, KVCache, causal_mask, concat_cache, seed_cached_attention
 
 
 @st.composite
@@ -27,7 +27,7 @@ def test_chunked_prefill_equals_one_pass_logits_and_cache(args):
     torch.manual_seed(seed)
     model = GPT(cfg).eval()
     idx = torch.randint(0, cfg.vocab_size, (batch, T))
-    one, chunked = KVCache.for_model(cfg, batch=batch), KVCache.for_model(cfg, batch=batch)
+    one, chunked = model.new_cache(batch), model.new_cache(batch)
     with torch.no_grad():
         full = model(idx)
         ref = model(idx, cache=one)
@@ -38,8 +38,8 @@ def test_chunked_prefill_equals_one_pass_logits_and_cache(args):
     assert (torch.cat(pieces, 1) - full).abs().max() < 1e-5
     assert (ref - full).abs().max() < 1e-5
     assert one.length == chunked.length == T
-    for a, b in zip(one.k + one.v, chunked.k + chunked.v):
-        assert (a - b).abs().max() < 1e-5
+    for a, b in zip(one, chunked):
+        assert (a.k - b.k).abs().max() < 1e-5 and (a.v - b.v).abs().max() < 1e-5
 
 
 @settings(max_examples=15, deadline=None)
@@ -52,14 +52,14 @@ def test_greedy_tokens_identical_with_every_cache(args, n_new):
     idx = torch.randint(0, cfg.vocab_size, (batch, T))
     ref = generate(model, idx, n_new, use_cache=False, temperature=0)
     assert torch.equal(generate(model, idx, n_new, temperature=0), ref)
-    assert torch.equal(generate(model, idx, n_new, temperature=0, cache_impl="concat"), ref)
+    assert torch.equal(generate(model, idx, n_new, temperature=0, cache=concat_cache(model, batch)), ref)
 
 
 def test_decode_logits_match_recompute():
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=40, vocab_size=50, n_layer=2, n_head=2, n_embd=16)).eval()
     idx = torch.randint(0, 50, (2, 30))
-    cache = KVCache.for_model(model.config, batch=2)
+    cache = model.new_cache(2)
     with torch.no_grad():
         model(idx[:, :10], cache=cache)
         for t in range(10, 30):
@@ -71,17 +71,37 @@ def test_decode_logits_match_recompute():
 def test_concat_cache_copies_linearly_more_per_step():
     cfg = GPTConfig(block_size=64, vocab_size=20, n_layer=1, n_head=1, n_embd=8)
     model = GPT(cfg).eval()
-    cache = ConcatKVCache.for_model(cfg)
+    cache = concat_cache(model)
     copied = []
     with torch.no_grad():
         model(torch.zeros(1, 4, dtype=torch.long), cache=cache)
         for _ in range(5):
-            before = cache.bytes_copied
+            before = cache[0].bytes_copied
             model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
-            copied.append(cache.bytes_copied - before)
+            copied.append(cache[0].bytes_copied - before)
     steps = [b - a for a, b in zip(copied, copied[1:])]
     assert len(set(steps)) == 1 and steps[0] > 0  # each step copies a fixed amount more: O(N)
     assert cache.nbytes == 2 * 9 * 8 * 4
+
+
+def test_concat_and_preallocated_caches_hold_the_same_keys_and_values():
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(block_size=32, vocab_size=40, n_layer=2, n_head=2, n_embd=16)).eval()
+    idx = torch.randint(0, 40, (2, 11))
+    pre, cat = model.new_cache(2, 11), concat_cache(model, 2)
+    assert pre.kinds == ("KVCache",) * 2 and cat.kinds == ("ConcatKVCache",) * 2
+    with torch.no_grad():
+        for cache in (pre, cat):
+            model(idx[:, :6], cache=cache)
+            for t in range(6, 11):
+                model(idx[:, t:t + 1], cache=cache)
+    assert pre.length == cat.length == 11
+    assert cat.nbytes == pre.nbytes == pre.used_nbytes  # full: the filled part is all of it
+    for a, b in zip(pre, cat):
+        torch.testing.assert_close(a.k, b.k, rtol=0, atol=0)
+        torch.testing.assert_close(a.v, b.v, rtol=0, atol=0)
+    cat.reset()
+    assert cat.length == 0 and cat.nbytes == 0 and all(c.k is None for c in cat)
 
 
 def test_seed_snippet_masks_only_an_empty_cache():
@@ -107,21 +127,26 @@ def test_seed_snippet_masks_only_an_empty_cache():
     (dict(k=torch.zeros(1, 2, 1, 4, device="meta")), "device"),       # wrong device
 ])
 def test_cache_rejects_mismatched_inputs(bad, match):
-    cache = KVCache(n_layer=1, batch=1, n_head=2, max_len=4, head_dim=4)
+    cache = KVCache(batch=1, n_head=2, max_len=4, head_dim=4)
     k = bad["k"]
     with pytest.raises(ValueError, match=match):
-        cache.update(0, k, k)
+        cache.extend(k, k)
+    assert cache.length == 0  # a refused write moves nothing
 
 
 def test_concat_cache_validates():
     with pytest.raises(ValueError, match="n_head"):
-        ConcatKVCache(n_layer=1, batch=1, n_head=0, head_dim=4)
-    cache = ConcatKVCache(n_layer=1, batch=1, n_head=2, head_dim=4)
+        ConcatKVCache(batch=1, n_head=0, head_dim=4)
+    cache = ConcatKVCache(batch=1, n_head=2, head_dim=4)
     with pytest.raises(ValueError, match="shape"):
-        cache.update(0, torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
-    with pytest.raises(ValueError, match="cache_impl"):
-        generate(GPT(GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=1, n_embd=4)),
-                 torch.zeros(1, 1, dtype=torch.long), 1, cache_impl="ring")
+        cache.extend(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+    model = GPT(GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=1, n_embd=4))
+    with pytest.raises(ValueError, match="ModelCache"):
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 1, cache="ring")
+    with pytest.raises(ValueError, match="empty"):
+        full = model.new_cache(1)
+        model(torch.zeros(1, 2, dtype=torch.long), cache=full)
+        generate(model, torch.zeros(1, 1, dtype=torch.long), 1, cache=full)
 
 
 def test_concat_copy_bytes_matches_the_cache():
@@ -129,12 +154,12 @@ def test_concat_copy_bytes_matches_the_cache():
 
     cfg = GPTConfig(block_size=64, vocab_size=20, n_layer=2, n_head=2, n_embd=8)
     model = GPT(cfg).eval()
-    cache = ConcatKVCache.for_model(cfg)
+    cache = concat_cache(model)
     with torch.no_grad():
         model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
         for _ in range(7):
             model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
-    assert cache.bytes_copied == concat_copy_bytes(2, 8, 5, 7, 4)
+    assert sum(c.bytes_copied for c in cache) == concat_copy_bytes(2, 8, 5, 7, 4)
     with pytest.raises(ValueError, match="n_new"):
         concat_copy_bytes(2, 8, 5, -1)
 

@@ -34,7 +34,8 @@ def x_of(B=2, T=21, seed=1):
 
 
 def pieces(layer, x, sizes):
-    cache, outs, start = StateCache(1), [], 0
+    cache, outs, start = layer.new_cache(x.shape[0]), [], 0
+    assert isinstance(cache, StateCache) and cache.state is None
     for s in sizes:
         outs.append(layer(x[:, start:start + s], cache=cache))
         start += s
@@ -62,10 +63,11 @@ def test_gpt_prompt_then_decode_equals_full_forward(cls):
     idx = torch.randint(0, CFG.vocab_size, (2, 30), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         full = model(idx)
-    cache = StateCache(CFG.n_layer)
+    cache = model.new_cache(2)
+    assert cache.kinds == ("StateCache",) * CFG.n_layer
     stepped, used = forward_in_pieces(model, idx, cache, [11] + [1] * 19)
     torch.testing.assert_close(stepped, full, atol=1e-12, rtol=1e-12)
-    assert cache.length == 30
+    assert cache.length == 30 and all(isinstance(c.state, DeltaState) for c in cache)
     assert len(set(used)) == 1  # the state does not grow with the tokens seen
 
 
@@ -73,12 +75,13 @@ def test_gpt_prompt_then_decode_equals_full_forward(cls):
 @pytest.mark.parametrize("conv_size", [0, 4])
 def test_state_size_is_fixed_and_counted(cls, conv_size):
     layer = make_layer(cls, conv_size=conv_size, expand_v=2)
-    cache = StateCache(1)
+    cache = layer.new_cache(3)
     with torch.no_grad():
         layer(x_of(B=3, T=9), cache=cache)
         after_prompt = cache.nbytes
         layer(x_of(B=3, T=1, seed=2), cache=cache)
-    state = cache.get(0)
+    assert cache.length == 10 and cache.used_nbytes == cache.nbytes
+    state = cache.state
     assert isinstance(state, DeltaState)
     assert state.S.shape == (3, layer.n_head, layer.head_k_dim, layer.head_v_dim)
     assert (state.conv is None) == (conv_size == 0)
@@ -248,12 +251,13 @@ def test_bad_config_and_inputs():
     with pytest.raises(ValueError, match="x must have shape"):
         layer(torch.zeros(3, 16, dtype=torch.float64))
     with pytest.raises(ValueError, match="a KVCache is for softmax attention"):
-        layer(x_of(), cache=KVCache(1, 2, 2, 8, 8))
-    cache = StateCache(1)
-    cache.set(0, torch.zeros(2, 2, 8, 8))
+        layer(x_of(), cache=KVCache(2, 2, 8, 8))
+    cache = StateCache()
+    cache.extend(torch.zeros(2, 2, 8, 8), 1)  # a bare matrix, not a DeltaState
     with pytest.raises(ValueError, match="must be a DeltaState"):
         layer(x_of(), cache=cache)
-    cache = StateCache(1)
+    assert cache.length == 1  # a refused state is left as it was
+    cache = layer.new_cache(2)
     layer(x_of(B=2), cache=cache)
     with pytest.raises(ValueError, match=r"conv state must have shape|state must have shape"):
         layer(x_of(B=3), cache=cache)  # a state for another batch size
@@ -267,11 +271,15 @@ def test_bad_config_and_inputs():
 
 @pytest.mark.parametrize("cls", LAYERS)
 def test_generate_with_the_fixed_state(cls):
-    """gpt2k3.gpt2.generate(cache_impl="state") decodes these layers: same greedy tokens."""
+    """gpt2k3.gpt2.generate decodes these layers through their states (``model.new_cache``, the
+    default): same greedy tokens."""
     from gpt2k3.gpt2 import generate
 
     torch.manual_seed(0)
     model = GPT(CFG, mixer=lambda c, i: cls(c)).double()
     prompt = torch.randint(0, CFG.vocab_size, (2, 6), generator=torch.Generator().manual_seed(1))
-    cached = generate(model, prompt, 10, temperature=0, cache_impl="state")
+    cached = generate(model, prompt, 10, temperature=0)
     assert torch.equal(cached, generate(model, prompt, 10, temperature=0, use_cache=False))
+    cache = model.new_cache(2, 16)
+    assert torch.equal(generate(model, prompt, 10, temperature=0, cache=cache), cached)
+    assert cache.length == 15 and all(isinstance(c.state, DeltaState) for c in cache)

@@ -5,8 +5,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpt2k3 import cache as core_cache
+from gpt2k3.cache import ModelCache
 from gpt2k3.gpt2 import GPT, GPTConfig
-from gpt2k3.kv_cache import KVCache
 from gpt2k3.layers import StateCache
 from gpt2k3.layers.linear import LinearAttention, decode_token_by_token, state_nbytes
 from gpt2k3.mixers import linear
@@ -42,7 +43,7 @@ def test_matches_the_mixer_by_hand():
     x = torch.randn(2, 11, 32, dtype=torch.float64)
     q, k, v = layer.c_attn(x).split(32, dim=2)
     q, k, v = (t.view(2, 11, 4, 8).transpose(1, 2) for t in (q, k, v))
-    o = linear.parallel(linear.elu1(q), linear.elu1(k), v)
+    o, _ = linear.parallel(linear.elu1(q), linear.elu1(k), v)  # (o, final state), like every form
     expected = layer.c_proj(o.transpose(1, 2).reshape(2, 11, 32))
     torch.testing.assert_close(layer(x), expected, atol=1e-12, rtol=1e-12)
 
@@ -50,7 +51,8 @@ def test_matches_the_mixer_by_hand():
 def test_token_by_token_decode_equals_the_parallel_forward(model):
     idx = tokens(2, 40)
     full = model(idx)
-    cache = StateCache(TINY.n_layer)
+    cache = model.new_cache(2)
+    assert isinstance(cache, ModelCache) and cache.kinds == ("StateCache",) * TINY.n_layer
     steps, nbytes = decode_token_by_token(model, idx, cache)
     torch.testing.assert_close(steps, full, atol=1e-10, rtol=1e-10)
     assert cache.length == 40
@@ -63,15 +65,16 @@ def test_token_by_token_decode_equals_the_parallel_forward(model):
 def test_float32_decode_within_rounding():
     m = linear_gpt(dtype=torch.float32)
     idx = tokens(1, 33, seed=5)
-    steps, _ = decode_token_by_token(m, idx, StateCache(TINY.n_layer))
+    steps, _ = decode_token_by_token(m, idx, m.new_cache(1))
     torch.testing.assert_close(steps, m(idx), atol=1e-5, rtol=1e-5)
 
 
 def test_kv_cache_grows_state_does_not():
     idx = tokens(1, 24, seed=2)
     gpt2 = GPT(TINY).eval()
-    _, kv_bytes = decode_token_by_token(gpt2, idx, KVCache.for_model(TINY))
-    _, st_bytes = decode_token_by_token(linear_gpt(dtype=torch.float32), idx, StateCache(TINY.n_layer))
+    _, kv_bytes = decode_token_by_token(gpt2, idx, gpt2.new_cache(1))
+    lin = linear_gpt(dtype=torch.float32)
+    _, st_bytes = decode_token_by_token(lin, idx, lin.new_cache(1))
     per_token = 2 * TINY.n_layer * TINY.n_embd * 4
     assert kv_bytes == [per_token * (t + 1) for t in range(24)]
     assert st_bytes == [st_bytes[0]] * 24
@@ -88,17 +91,18 @@ def test_prefill_in_pieces_then_decode(model, cuts, chunk, seed):
     try:
         for block in model.transformer.h:
             block.attn.chunk_size = chunk
-        cache = StateCache(TINY.n_layer)
+        cache = model.new_cache(2)
         bounds = [0, *sorted(cuts), 30]
         outs = [model(idx[:, a:b], cache=cache) for a, b in zip(bounds, bounds[1:])]
     finally:
         for block in model.transformer.h:
             block.attn.chunk_size = 8
     torch.testing.assert_close(torch.cat(outs, dim=1), full, atol=1e-10, rtol=1e-10)
-    one = StateCache(TINY.n_layer)
+    one = model.new_cache(2)
     model(idx, cache=one)
+    assert cache.length == one.length == 30
     for layer in range(TINY.n_layer):
-        for a, b in zip(cache.get(layer), one.get(layer)):
+        for a, b in zip(cache[layer].state, one[layer].state):  # (S, z)
             torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
 
 
@@ -121,7 +125,7 @@ def test_causal(model):
 def test_decode_with_autograd_on_does_not_break_backward():
     m = linear_gpt(dtype=torch.float32).train()
     idx = tokens(1, 6)
-    cache = StateCache(TINY.n_layer)
+    cache = m.new_cache(1)
     out = torch.cat([m(idx[:, :3], cache=cache)] + [m(idx[:, t:t + 1], cache=cache) for t in range(3, 6)], 1)
     out.sum().backward()  # the decode steps did not overwrite a state autograd still needs
     assert m.transformer.h[0].attn.c_attn.weight.grad is not None
@@ -130,18 +134,40 @@ def test_decode_with_autograd_on_does_not_break_backward():
 
 
 def test_decode_under_no_grad_updates_the_state_in_place(model):
-    cache = StateCache(TINY.n_layer)
+    cache = model.new_cache(1)
     with torch.no_grad():
         model(tokens(1, 5), cache=cache)
-        S_before = cache.get(0)[0]
+        S_before = cache[0].state[0]
         model(tokens(1, 1, seed=9), cache=cache)
-    assert cache.get(0)[0] is S_before  # same storage: no allocation per token
+    assert cache[0].state[0] is S_before  # same storage: no allocation per token
+    assert cache.length == 6
+
+
+def test_layer_with_its_own_state_cache():
+    """One layer on its own: ``new_cache`` gives an empty StateCache (no length limit); feeding
+    pieces through it equals one pass, and its bytes are the (S, z) state's."""
+    torch.manual_seed(1)
+    layer = LinearAttention(TINY, chunk_size=4).double()
+    x = torch.randn(2, 13, 32, dtype=torch.float64)
+    cache = layer.new_cache(2, 13)
+    assert isinstance(cache, StateCache) and cache.state is None and cache.nbytes == 0
+    assert StateCache is core_cache.StateCache  # gpt2k3.layers re-exports the protocol's class
+    out = torch.cat([layer(x[:, :6], cache=cache)] + [layer(x[:, t:t + 1], cache=cache)
+                                                       for t in range(6, 13)], dim=1)
+    torch.testing.assert_close(out, layer(x), atol=1e-12, rtol=1e-12)
+    assert cache.length == 13 and cache.max_len is None
+    assert cache.nbytes == cache.used_nbytes == 2 * 4 * (8 * 8 + 8) * 8
+    cache.check_room(10**9)  # a state never runs out of room
+    cache.reset()
+    assert cache.length == 0 and cache.state is None
 
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(chunk_size=0), "chunk_size must be a positive int"),
     (dict(chunk_size=2.5), "chunk_size must be a positive int"),
-    (dict(eps=-1.0), "eps must be a finite float >= 0"),
+    (dict(eps=-1.0), "eps must be a finite float > 0"),
+    (dict(eps=0.0), "eps must be a finite float > 0"),  # the mixers now refuse 0 too
+    (dict(eps=float("nan")), "eps must be a finite float > 0"),
 ])
 def test_bad_layer_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -153,11 +179,11 @@ def test_bad_forward_input(model):
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, n_embd=32\)"):
         layer(torch.zeros(1, 3, 16, dtype=torch.float64))
     with pytest.raises(ValueError, match="cache must be a StateCache"):
-        model(tokens(1, 3), cache=KVCache.for_model(TINY))
+        model(tokens(1, 3), cache=GPT(TINY).new_cache(1))  # GPT-2's KV caches
     with pytest.raises(ValueError, match="config must be a GPTConfig"):
         LinearAttention({"n_embd": 32})
     with pytest.raises(ValueError, match=r"idx must have shape \(B, T\) with T >= 1"):
-        decode_token_by_token(model, torch.zeros(1, 0, dtype=torch.long), StateCache(2))
+        decode_token_by_token(model, torch.zeros(1, 0, dtype=torch.long), model.new_cache(1))
 
 
 @pytest.mark.parametrize("args", [(0, 1, 1), (1, 0, 1), (1, 1, 0), (1, 1, 1.5), (True, 1, 1)])
@@ -167,8 +193,8 @@ def test_state_nbytes_rejects_bad_sizes(args):
 
 
 def test_generate_decodes_a_linear_gpt_through_its_state():
-    """generate(cache_impl="state") decodes with a fixed-size state and gives the same greedy
-    tokens as recomputing the whole sequence each step."""
+    """generate decodes with the layers' fixed-size states (``model.new_cache``, the default)
+    and gives the same greedy tokens as recomputing the whole sequence each step."""
     import torch
 
     from gpt2k3.gpt2 import GPT, GPTConfig, generate
@@ -179,4 +205,7 @@ def test_generate_decodes_a_linear_gpt_through_its_state():
     model = GPT(cfg, mixer=lambda c, i: LinearAttention(c)).eval()
     idx = torch.randint(0, 30, (2, 6))
     ref = generate(model, idx, 12, use_cache=False, temperature=0)
-    assert torch.equal(generate(model, idx, 12, temperature=0, cache_impl="state"), ref)
+    assert torch.equal(generate(model, idx, 12, temperature=0), ref)
+    cache = model.new_cache(2, 18)
+    assert torch.equal(generate(model, idx, 12, temperature=0, cache=cache), ref)
+    assert cache.length == 17 and cache.kinds == ("StateCache", "StateCache")

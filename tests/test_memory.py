@@ -163,7 +163,7 @@ def test_read_erase_write_is_one_delta_step(beta):
     step = memory.read_erase_write(S, k, v, beta)
     b = torch.full((1, 1, 1), beta, dtype=torch.float64)
     _, S_mixer = delta.recurrent(k[None, None, None], k[None, None, None], v[None, None, None], b,
-                                 state=S[None, None])
+                                 initial_state=S[None, None])
     torch.testing.assert_close(step.after, S_mixer[0, 0])
     torch.testing.assert_close(step.v_old, k @ S)
     torch.testing.assert_close(step.read_erased, (1 - beta) * step.v_old)  # unit key
@@ -198,7 +198,12 @@ VALUES = torch.randn(4, 2, generator=gen(1))
         (lambda: memory.error_curve(8, [4, 9], key_kind="orthogonal"), r"orthogonal keys need every n"),
         (lambda: memory.error_curve(8, [0]), r"each n in ns must be an int >= 1"),
         (lambda: memory.error_curve(8, [2], trials=0), r"trials must be an int >= 1"),
-        (lambda: memory.write_delta(KEYS, VALUES, 2.5), r"beta must be in \[0, 2\]"),
+        (lambda: memory.write_delta(KEYS, VALUES, 2.5), r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"),
+        (lambda: memory.write_delta(3 * KEYS, VALUES, 1.0), r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"),
+        (lambda: memory.pair_errors(KEYS, torch.zeros_like(VALUES)), r"values must have no all-zero row"),
+        (lambda: memory.retrieval_error(KEYS, VALUES * torch.tensor([[1.0], [0.0], [1.0], [1.0]])),
+         r"values must have no all-zero row .* row 1 is zero"),
+        (lambda: memory.pair_errors(KEYS, VALUES * float("nan")), r"values must be finite"),
         (lambda: memory.write_delta(KEYS, VALUES, "1"), r"beta must be a float or a tensor"),
         (lambda: memory.pair_errors(KEYS, VALUES, rule="hebbian"), r"rule must be one of"),
         (lambda: memory.write_least_squares(KEYS, VALUES[:2]), r"values must have shape \(N, Dv\)"),

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fla_oracle import load_naive
-from gpt2k3.mixers import delta
+from gpt2k3.mixers import _chunked, delta, wy
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -33,7 +33,7 @@ def test_recurrent_is_the_delta_rule():
     """Spell the rule out once more, as S_t = (I - beta k^T k) S + beta k^T v, for one head."""
     q, k, v, beta = make(1, 1, 9, 4, 3, seed=2)
     S = make_state(1, 1, 4, 3)
-    o, S_end = delta.recurrent(q, k, v, beta, state=S)
+    o, S_end = delta.recurrent(q, k, v, beta, initial_state=S)
     S_ref = S[0, 0]
     for t in range(9):
         kt, vt, bt = k[0, 0, t : t + 1], v[0, 0, t : t + 1], beta[0, 0, t]  # (1, D) rows
@@ -46,7 +46,7 @@ def test_unit_key_beta_one_overwrites():
     """Writing (k, v) with a unit key and beta = 1 makes the state return exactly v for k."""
     _, k, v, _ = make(1, 1, 1, 5, 3, seed=4)
     S0 = make_state(1, 1, 5, 3)
-    _, S = delta.recurrent(k, k, v, torch.ones(1, 1, 1, dtype=k.dtype), state=S0)
+    _, S = delta.recurrent(k, k, v, torch.ones(1, 1, 1, dtype=k.dtype), initial_state=S0)
     assert_close(k[0, 0] @ S[0, 0], v[0, 0])
 
 
@@ -59,8 +59,8 @@ def test_chunkwise_equals_recurrent(shape, chunk, with_state, seed):
     B, H, T, Dk, Dv = shape
     q, k, v, beta = make(*shape, seed=seed)
     state = make_state(B, H, Dk, Dv, seed=seed + 1) if with_state else None
-    o_rec, S_rec = delta.recurrent(q, k, v, beta, state=state)
-    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=chunk, state=state)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta, initial_state=state)
+    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=chunk, initial_state=state)
     assert_close(o_chk, o_rec)
     assert_close(S_chk, S_rec)
 
@@ -70,8 +70,8 @@ def test_chunkwise_equals_recurrent(shape, chunk, with_state, seed):
 def test_chunk_sizes_float32(chunk_size, T):
     q, k, v, beta = make(2, 2, T, 16, 8, seed=T + chunk_size, dtype=torch.float32)
     S0 = make_state(2, 2, 16, 8, dtype=torch.float32)
-    o_rec, S_rec = delta.recurrent(q, k, v, beta, state=S0)
-    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=chunk_size, state=S0)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta, initial_state=S0)
+    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=chunk_size, initial_state=S0)
     assert o_chk.dtype == S_chk.dtype == torch.float32
     torch.testing.assert_close(o_chk, o_rec, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S_chk, S_rec, atol=1e-5, rtol=1e-5)
@@ -84,15 +84,15 @@ def test_split_processing_with_state(shape, chunk, split, seed):
     split = min(split, T)
     q, k, v, beta = make(*shape, seed=seed)
     S0 = make_state(B, H, Dk, Dv, seed=seed + 1)
-    o_all, S_all = delta.recurrent(q, k, v, beta, state=S0)
+    o_all, S_all = delta.recurrent(q, k, v, beta, initial_state=S0)
     first = [x[:, :, :split] for x in (q, k, v, beta)]
     rest = [x[:, :, split:] for x in (q, k, v, beta)]
-    o1, S1 = delta.chunkwise(*first, chunk_size=chunk, state=S0)
-    o2, S2 = delta.chunkwise(*rest, chunk_size=chunk, state=S1)
+    o1, S1 = delta.chunkwise(*first, chunk_size=chunk, initial_state=S0)
+    o2, S2 = delta.chunkwise(*rest, chunk_size=chunk, initial_state=S1)
     assert_close(torch.cat([o1, o2], dim=2), o_all)
     assert_close(S2, S_all)
-    o3, S3 = delta.recurrent(*first, state=S0)
-    o4, S4 = delta.recurrent(*rest, state=S3)
+    o3, S3 = delta.recurrent(*first, initial_state=S0)
+    o4, S4 = delta.recurrent(*rest, initial_state=S3)
     assert_close(torch.cat([o3, o4], dim=2), o_all)
     assert_close(S4, S_all)
 
@@ -112,9 +112,9 @@ def test_book_chunk_sizes_with_state_and_splits(shape, chunk, beta_max, split, s
     split = min(split, T)
     q, k, v, beta = make(*shape, seed=seed, beta_max=beta_max)
     S0 = make_state(B, H, Dk, Dv, seed=seed + 1)
-    o_rec, S_rec = delta.recurrent(q, k, v, beta, state=S0)
-    o1, S1 = delta.chunkwise(*(x[:, :, :split] for x in (q, k, v, beta)), chunk_size=chunk, state=S0)
-    o2, S2 = delta.chunkwise(*(x[:, :, split:] for x in (q, k, v, beta)), chunk_size=chunk, state=S1)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta, initial_state=S0)
+    o1, S1 = delta.chunkwise(*(x[:, :, :split] for x in (q, k, v, beta)), chunk_size=chunk, initial_state=S0)
+    o2, S2 = delta.chunkwise(*(x[:, :, split:] for x in (q, k, v, beta)), chunk_size=chunk, initial_state=S1)
     assert_close(torch.cat([o1, o2], dim=2), o_rec, atol=1e-9, rtol=1e-9)
     assert_close(S2, S_rec, atol=1e-9, rtol=1e-9)
 
@@ -122,11 +122,11 @@ def test_book_chunk_sizes_with_state_and_splits(shape, chunk, beta_max, split, s
 @pytest.mark.parametrize("elements", [1, 5_000])
 def test_chunks_processed_in_groups(monkeypatch, elements):
     """A small memory budget splits the chunks into many groups (one chunk each at the extreme)."""
-    monkeypatch.setattr(delta, "_BLOCK_ELEMENTS", elements)
+    monkeypatch.setattr(_chunked, "BLOCK_ELEMENTS", elements)
     q, k, v, beta = make(2, 2, 203, 6, 5, seed=41)
     S0 = make_state(2, 2, 6, 5)
-    o_rec, S_rec = delta.recurrent(q, k, v, beta, state=S0)
-    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=16, state=S0)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta, initial_state=S0)
+    o_chk, S_chk = delta.chunkwise(q, k, v, beta, chunk_size=16, initial_state=S0)
     assert_close(o_chk, o_rec)
     assert_close(S_chk, S_rec)
 
@@ -138,27 +138,11 @@ def test_gradients_match_the_recurrence():
     inputs = (q, k, v, beta, S0)
 
     def grads(fn, **kw):
-        o, S = fn(q, k, v, beta, state=S0, **kw)
+        o, S = fn(q, k, v, beta, initial_state=S0, **kw)
         return torch.autograd.grad((o * o).sum() + S.sum(), inputs)
 
     for g_chk, g_rec in zip(grads(delta.chunkwise, chunk_size=8), grads(delta.recurrent)):
         assert_close(g_chk, g_rec)
-
-
-def test_stable_at_65536_tokens():
-    """float32, T = 65,536, beta up to 2 (reflections): the state stays bounded, outputs finite."""
-    T, D = 65_536, 16
-    q, k, v, beta = make(1, 1, T, D, D, seed=44, dtype=torch.float32)
-    o, S = delta.chunkwise(q, k, v, beta, chunk_size=128)
-    assert torch.isfinite(o).all() and torch.isfinite(S).all()
-    # every step is non-expansive for unit keys and beta in [0, 2]: the state cannot blow up
-    assert S.norm() < 10 * v.abs().max() * D
-    # the last 200 tokens token by token, from the state the chunked run had before them
-    head = [x[:, :, :-200] for x in (q, k, v, beta)]
-    o_tail, S_tail = delta.recurrent(*(x[:, :, -200:] for x in (q, k, v, beta)),
-                                     state=delta.chunkwise(*head, chunk_size=128)[1])
-    torch.testing.assert_close(o_tail, o[:, :, -200:], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(S_tail, S, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -178,8 +162,8 @@ def test_seed_one_shot_is_the_rule_only_for_one_token():
     S0 = make_state(2, 2, 6, 4)
     for t in range(3):  # token by token (T = 1 per call) it IS the delta rule
         token = [x[:, :, t : t + 1] for x in (q, k, v, beta)]
-        o1, S1 = delta.seed_one_shot(*token, state=S0)
-        o2, S2 = delta.recurrent(*token, state=S0)
+        o1, S1 = delta.seed_one_shot(*token, initial_state=S0)
+        o2, S2 = delta.recurrent(*token, initial_state=S0)
         assert_close(o1, o2)
         assert_close(S1, S2)
         S0 = S1
@@ -201,7 +185,7 @@ def test_fla_delta_rule_recurrence():
     S0 = make_state(2, 3, 16, 8, dtype=torch.float32)
     # this reference uses our (B, H, T, D) layout but always scales q by Dk**-0.5: undo it
     o_ref, S_ref = naive.delta_rule_recurrence(q * 16**0.5, k, v, beta, initial_state=S0.clone())
-    o, S = delta.chunkwise(q, k, v, beta, chunk_size=16, state=S0)
+    o, S = delta.chunkwise(q, k, v, beta, chunk_size=16, initial_state=S0)
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
@@ -266,21 +250,80 @@ def test_bad_input_raises(case, match):
         state = torch.zeros(3, 4, 4)
     elif case == "state_tuple":
         state = (torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4))
-    for call in _forms(q, k, v, beta, state=state):
+    elif case == "state_nan":
+        state = torch.zeros(2, 3, 4, 4, dtype=q.dtype)
+        state[1, 2, 0, 3] = float("nan")
+    elif case == "q_nan":
+        q[0, 0, 1, 2] = float("nan")
+    elif case == "k_inf":
+        k[1, 2, 4, 0] = float("-inf")
+    elif case == "v_nan":
+        v[1, 1, 1, 1] = float("nan")
+    elif case == "beta_nan":
+        beta[0, 2, 3] = float("nan")
+    elif case == "beta_inf":
+        beta[0, 2, 3] = float("inf")
+    elif case == "int_v":
+        v = v.long()
+    elif case == "int_beta":
+        beta = torch.ones(2, 3, 5, dtype=torch.long)
+    for call in _forms(q, k, v, beta, initial_state=state):
         with pytest.raises(ValueError, match=match):
             call()
 
 
-@pytest.mark.parametrize("bad", [-0.01, 2.01, float("nan"), float("inf")])
-def test_beta_outside_0_2_raises(bad):
+BETA_K = r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"
+
+
+@pytest.mark.parametrize("bad, match", [(-0.01, BETA_K), (2.01, BETA_K), (5.0, BETA_K),
+                                        (float("nan"), "beta must be finite everywhere"),
+                                        (float("inf"), "beta must be finite everywhere")])
+def test_beta_outside_0_2_raises(bad, match):
     q, k, v, beta = make(1, 2, 6, 4, 3)
     beta[0, 1, 3] = bad
     for call in _forms(q, k, v, beta):
-        with pytest.raises(ValueError, match=r"beta must be in \[0, 2\]"):
+        with pytest.raises(ValueError, match=match):
             call()
-    for fn in (delta.householder_product, delta.ut_transform):
-        with pytest.raises(ValueError, match=r"beta must be in \[0, 2\]"):
+    for fn in (wy.householder_product, wy.ut_transform, delta.ut_transform):
+        with pytest.raises(ValueError, match=match):
             fn(k[0, 1], beta[0, 1])
+    with pytest.raises(ValueError, match=match):
+        wy.wy_representation(k[0, 1], v[0, 1], beta[0, 1])
+
+
+@pytest.mark.parametrize("norm", [10.0, 30.0])
+def test_long_keys_raise(norm):
+    """Issue #19: keys of norm 10-30 with beta = 1 gave all-NaN states. I - beta k^T k is
+    non-expansive only for beta |k|^2 in [0, 2]; the message names beta and k."""
+    q, k, v, beta = make(1, 2, 200, 4, 3, seed=3)
+    k = k * norm
+    ones = torch.ones_like(beta)
+    for call in _forms(q, k, v, ones):
+        with pytest.raises(ValueError, match=BETA_K) as info:
+            call()
+        assert f"||k||^2 = {norm ** 2:g}" in str(info.value)
+    # the same keys with a write strength scaled down to beta |k|^2 <= 2 are fine, forms agree
+    scaled = beta / norm**2
+    o_rec, S_rec = delta.recurrent(q, k, v, scaled)
+    o_chk, S_chk = delta.chunkwise(q, k, v, scaled, chunk_size=16)
+    assert torch.isfinite(o_rec).all()
+    assert_close(o_chk, o_rec, atol=1e-9, rtol=1e-9)
+    assert_close(S_chk, S_rec, atol=1e-9, rtol=1e-9)
+
+
+def test_write_strength_tolerates_rounding_only():
+    """beta = 2 with float32-normalised keys (|k|^2 = 1 +- 1e-7) passes; 2 (1 + 1e-4) does not."""
+    q, k, v, _ = make(1, 1, 50, 16, 4, seed=5, dtype=torch.float32)
+    two = torch.full((1, 1, 50), 2.0)
+    o_rec, _ = delta.recurrent(q, k, v, two)
+    o_chk, _ = delta.chunkwise(q, k, v, two, chunk_size=16)
+    torch.testing.assert_close(o_chk, o_rec, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match=BETA_K):
+        delta.recurrent(q, k, v, two * (1 + 1e-4))
+    # zero keys write nothing, whatever beta is
+    zero_k = torch.zeros_like(k)
+    _, S = delta.chunkwise(q, zero_k, v, two, chunk_size=8)
+    assert not S.any()
 
 
 def test_beta_at_the_ends_of_the_range_is_accepted():
@@ -345,7 +388,7 @@ def test_wy_factors_represent_the_chunk(C):
     assert_close(delta.householder_product(k, beta), eye - k.T @ W)
     S0 = make_state(1, 1, 6, 4, seed=C)[0, 0]
     _, S = delta.recurrent(k[None, None], k[None, None], v[None, None], beta[None, None],
-                           state=S0[None, None])
+                           initial_state=S0[None, None])
     assert_close(S[0, 0], S0 + k.T @ (U - W @ S0))
 
 
@@ -372,7 +415,7 @@ def test_chunk_outputs_from_the_wy_factors():
     T_ut = delta.ut_transform(k, beta)
     O = q @ S0 + (q @ k.T).tril() @ (T_ut @ v - T_ut @ k @ S0)
     o_rec, _ = delta.recurrent(q[None, None], k[None, None], v[None, None], beta[None, None],
-                               state=S0[None, None])
+                               initial_state=S0[None, None])
     assert_close(O, o_rec[0, 0])
 
 
@@ -402,7 +445,7 @@ def test_chunkwise_cost_counts():
     assert c.recurrent_flops == 2 * 3 * T * d * d
     assert c.sequential_flops == 2 * 2 * T * d * d  # u = U - W S and S += K^T u
     n = T // C
-    inverse = delta._inverse_macs(C)
+    inverse = wy._inverse_macs(C)
     per_chunk = 2 * C * C * d + inverse + C * C * 2 * d + C * d * d + C * C * d
     assert c.parallel_flops == 2 * n * per_chunk
     assert c.flops == c.parallel_flops + c.sequential_flops
@@ -414,12 +457,12 @@ def test_chunkwise_cost_counts():
     # a shorter last chunk is counted as what it is
     ragged = delta.chunkwise_cost(100, 64, 8, 4)
     assert ragged.sequential_steps == 2 and ragged.d_v == 4
-    assert ragged.parallel_flops == sum(2 * delta._chunk_macs(c, 8, 4)[0] for c in (64, 36))
+    assert ragged.parallel_flops == sum(2 * wy._chunk_macs(c, 8, 4)[0] for c in (64, 36))
 
 
 def test_inverse_macs_follow_the_recursion():
-    assert delta._inverse_macs(16) == 16**3 // 2
-    assert delta._inverse_macs(32) == 2 * (16**3 // 2) + 16**3 + 16**3
+    assert wy._inverse_macs(16) == 16**3 // 2
+    assert wy._inverse_macs(32) == 2 * (16**3 // 2) + 16**3 + 16**3
 
 
 @pytest.mark.parametrize("args, match", [((0, 64), "T must be a positive int"),
@@ -429,3 +472,25 @@ def test_inverse_macs_follow_the_recursion():
 def test_chunkwise_cost_rejects_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         delta.chunkwise_cost(*args)
+
+
+def test_wy_pieces_are_re_exported():
+    for name in ("householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"):
+        assert getattr(delta, name) is getattr(wy, name)
+
+
+def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
+    """delta.recurrent is its own loop: breaking the chunked core leaves it untouched."""
+    q, k, v, beta = make(1, 2, 9, 3, 2, seed=90)
+    before = delta.recurrent(q, k, v, beta)
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the reference form must not call the chunked core")
+
+    for name in ("chunked", "unit_lower_inverse", "channel_decays", "_intra_chunk", "_pass_state"):
+        monkeypatch.setattr(_chunked, name, broken)
+    after = delta.recurrent(q, k, v, beta)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+    with pytest.raises(AssertionError, match="must not call"):
+        monkeypatch.setattr(delta, "chunked", broken)
+        delta.chunkwise(q, k, v, beta)

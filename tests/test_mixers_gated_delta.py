@@ -1,4 +1,5 @@
-"""Gated DeltaNet and KDA: chunkwise = recurrent, reductions, stability at T = 65,536, fla oracles."""
+"""Gated DeltaNet and KDA: chunkwise = recurrent, reductions, stability (T = 8,192), fla oracles,
+bad input (including the write-strength range and non-finite values)."""
 
 import pytest
 import torch
@@ -7,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fla_oracle import load_naive
-from gpt2k3.mixers import delta, gated_delta
+from gpt2k3.mixers import _chunked, delta, gated_delta
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
 
 def make(B, H, T, Dk, Dv, seed=0, dtype=torch.float64, per_channel=False, max_decay=2.0):
-    """Normalised q, k, values, beta in [0, 2] and log_alpha in [-max_decay, 0]."""
+    """Normalised q, k, values, beta in [0, 2] and a log decay g in [-max_decay, 0]."""
     g = torch.Generator().manual_seed(seed)
     q = F.normalize(torch.randn(B, H, T, Dk, generator=g, dtype=dtype), dim=-1)
     k = F.normalize(torch.randn(B, H, T, Dk, generator=g, dtype=dtype), dim=-1)
@@ -32,7 +33,7 @@ def make(B, H, T, Dk, Dv, seed=0, dtype=torch.float64, per_channel=False, max_de
 def test_recurrent_is_the_definition(per_channel):
     q, k, v, beta, la = make(1, 1, 7, 4, 3, seed=2, per_channel=per_channel)
     S = make_state(1, 1, 4, 3)
-    o, S_end = gated_delta.recurrent(q, k, v, beta, la, state=S)
+    o, S_end = gated_delta.recurrent(q, k, v, beta, la, initial_state=S)
     S_ref = S[0, 0]
     for t in range(7):
         alpha = la[0, 0, t].exp() * torch.ones(4, dtype=la.dtype)  # per key channel (row of S)
@@ -59,8 +60,8 @@ def test_chunkwise_equals_recurrent(shape, chunk, per_channel, with_state, max_d
     B, H, T, Dk, Dv = shape
     q, k, v, beta, la = make(*shape, seed=seed, per_channel=per_channel, max_decay=max_decay)
     state = make_state(B, H, Dk, Dv, seed=seed + 1) if with_state else None
-    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, state=state)
-    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=chunk, state=state)
+    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, initial_state=state)
+    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=chunk, initial_state=state)
     assert_close(o_chk, o_rec)
     assert_close(S_chk, S_rec)
 
@@ -72,8 +73,8 @@ def test_chunk_sizes_float32(per_channel, chunk_size):
         2, 2, 150, 16, 8, seed=chunk_size, dtype=torch.float32, per_channel=per_channel, max_decay=0.5
     )
     S0 = make_state(2, 2, 16, 8, dtype=torch.float32)
-    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, state=S0)
-    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=chunk_size, state=S0)
+    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
+    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=chunk_size, initial_state=S0)
     torch.testing.assert_close(o_chk, o_rec, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S_chk, S_rec, atol=1e-5, rtol=1e-5)
 
@@ -91,11 +92,11 @@ def test_split_processing_with_state(shape, chunk, split, per_channel, seed):
     split = min(split, T)
     q, k, v, beta, la = make(*shape, seed=seed, per_channel=per_channel)
     S0 = make_state(B, H, Dk, Dv, seed=seed + 1)
-    o_all, S_all = gated_delta.recurrent(q, k, v, beta, la, state=S0)
+    o_all, S_all = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
     first = [x[:, :, :split] for x in (q, k, v, beta, la)]
     rest = [x[:, :, split:] for x in (q, k, v, beta, la)]
-    o1, S1 = gated_delta.chunkwise(*first, chunk_size=chunk, state=S0)
-    o2, S2 = gated_delta.chunkwise(*rest, chunk_size=chunk, state=S1)
+    o1, S1 = gated_delta.chunkwise(*first, chunk_size=chunk, initial_state=S0)
+    o2, S2 = gated_delta.chunkwise(*rest, chunk_size=chunk, initial_state=S1)
     assert_close(torch.cat([o1, o2], dim=2), o_all)
     assert_close(S2, S_all)
 
@@ -109,11 +110,11 @@ def test_zero_gate_is_deltanet(per_channel, T, chunk):
     q, k, v, beta, la = make(2, 2, T, 5, 3, seed=T, per_channel=per_channel)
     zeros = torch.zeros_like(la)
     S0 = make_state(2, 2, 5, 3)
-    o_d, S_d = delta.recurrent(q, k, v, beta, state=S0)
-    o_g, S_g = gated_delta.recurrent(q, k, v, beta, zeros, state=S0)
+    o_d, S_d = delta.recurrent(q, k, v, beta, initial_state=S0)
+    o_g, S_g = gated_delta.recurrent(q, k, v, beta, zeros, initial_state=S0)
     assert torch.equal(o_g, o_d) and torch.equal(S_g, S_d)  # exp(0) = 1 exactly
-    o_dc, S_dc = delta.chunkwise(q, k, v, beta, chunk_size=chunk, state=S0)
-    o_gc, S_gc = gated_delta.chunkwise(q, k, v, beta, zeros, chunk_size=chunk, state=S0)
+    o_dc, S_dc = delta.chunkwise(q, k, v, beta, chunk_size=chunk, initial_state=S0)
+    o_gc, S_gc = gated_delta.chunkwise(q, k, v, beta, zeros, chunk_size=chunk, initial_state=S0)
     assert_close(o_gc, o_dc)
     assert_close(S_gc, S_dc)
 
@@ -125,20 +126,20 @@ def test_kda_with_channel_constant_gate_is_gated_deltanet(form):
     S0 = make_state(2, 3, 6, 4)
     fn = getattr(gated_delta, form)
     kw = {"chunk_size": 16} if form == "chunkwise" else {}
-    o_gdn, S_gdn = fn(q, k, v, beta, la, state=S0, **kw)
-    o_kda, S_kda = fn(q, k, v, beta, la_kda, state=S0, **kw)
+    o_gdn, S_gdn = fn(q, k, v, beta, la, initial_state=S0, **kw)
+    o_kda, S_kda = fn(q, k, v, beta, la_kda, initial_state=S0, **kw)
     assert_close(o_kda, o_gdn)
     assert_close(S_kda, S_gdn)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_closed_gate_resets_the_state(per_channel):
-    """log_alpha = -inf erases everything before it; the chunked form stays exact and finite."""
+    """g = -inf erases everything before it; the chunked form stays exact and finite."""
     q, k, v, beta, la = make(1, 2, 30, 4, 3, seed=12, per_channel=per_channel, max_decay=0.3)
     la[:, :, 13] = float("-inf")
     S0 = make_state(1, 2, 4, 3)
-    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, state=S0)
-    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=8, state=S0)
+    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
+    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=8, initial_state=S0)
     assert torch.isfinite(o_chk).all() and torch.isfinite(S_chk).all()
     assert_close(o_chk, o_rec)
     assert_close(S_chk, S_rec)
@@ -152,32 +153,76 @@ def test_closed_gate_resets_the_state(per_channel):
 # --------------------------------------------------------------------------- stability
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-@pytest.mark.parametrize("decay", ["strong", "small"])
-def test_stable_at_65536_tokens(per_channel, decay):
-    T, D = 65_536, 16
+def test_stable_at_8192_tokens():
+    """The one long test (T = 8,192; benchmarks/gates.py runs 65,536): every output and state
+    finite for DeltaNet with beta up to 2, and for both gate shapes at g = -50 and g = -inf on
+    every token, where each token wipes the state before writing, so o_t = beta_t (q_t . k_t) v_t;
+    a window of a weakly decaying run, restarted from its state, is reproduced token by token."""
+    T, D = 8192, 16
     g = torch.Generator().manual_seed(0)
     q = F.normalize(torch.randn(1, 1, T, D, generator=g), dim=-1)
     k = F.normalize(torch.randn(1, 1, T, D, generator=g), dim=-1)
     v = torch.randn(1, 1, T, D, generator=g)
-    beta = torch.rand(1, 1, T, generator=g)
-    shape = (1, 1, T, D) if per_channel else (1, 1, T)
-    if decay == "strong":
-        la = torch.full(shape, -20.0)
-    else:
-        la = -0.01 * torch.rand(shape, generator=g)
-    o, S = gated_delta.chunkwise(q, k, v, beta, la)
+    beta = 2 * torch.rand(1, 1, T, generator=g)
+    o, S = delta.chunkwise(q, k, v, beta, chunk_size=128)
     assert torch.isfinite(o).all() and torch.isfinite(S).all()
-    if decay == "strong":
-        # alpha = e^-20 wipes the state before every write: S_t = beta_t k_t^T v_t (up to ~2e-9)
-        expected = (q * k).sum(-1, keepdim=True) * beta[..., None] * v
-        torch.testing.assert_close(o, expected, atol=1e-5, rtol=1e-5)
-    else:
-        # a window of the same run, restarted from the state it had, reproduces the outputs
-        start = T - 300
+    assert S.norm() < 10 * v.abs().max() * D  # non-expansive steps: the state stays bounded
+    wiped = (q * k).sum(-1, keepdim=True) * beta[..., None] * v
+    for shape in ((1, 1, T), (1, 1, T, D)):
+        for value in (-50.0, float("-inf")):
+            o, S = gated_delta.chunkwise(q, k, v, beta, torch.full(shape, value))
+            assert torch.isfinite(o).all() and torch.isfinite(S).all()
+            torch.testing.assert_close(o, wiped, atol=1e-5, rtol=1e-5)
+        la = -0.01 * torch.rand(shape, generator=g)
+        o, S = gated_delta.chunkwise(q, k, v, beta, la)
+        assert torch.isfinite(o).all() and torch.isfinite(S).all()
+        start = T - 200
         _, S_mid = gated_delta.chunkwise(*(x[:, :, :start] for x in (q, k, v, beta, la)))
-        o_tail, _ = gated_delta.recurrent(*(x[:, :, start:] for x in (q, k, v, beta, la)), state=S_mid)
+        o_tail, S_tail = gated_delta.recurrent(*(x[:, :, start:] for x in (q, k, v, beta, la)),
+                                               initial_state=S_mid)
         torch.testing.assert_close(o[:, :, start:], o_tail, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(S, S_tail, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("value", [-50.0, float("-inf")])
+@pytest.mark.parametrize("b", [0.0, 2.0])
+def test_extremes_stay_finite_and_forms_agree(per_channel, value, b):
+    """g = -50 or -inf on some tokens, beta = 0 or 2 everywhere, unit keys: finite, forms equal."""
+    q, k, v, _, la = make(1, 2, 37, 4, 3, seed=15, per_channel=per_channel, max_decay=0.5)
+    la[:, :, ::5] = value
+    beta = torch.full((1, 2, 37), b, dtype=q.dtype)
+    S0 = make_state(1, 2, 4, 3)
+    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
+    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=8, initial_state=S0)
+    for x in (o_rec, S_rec, o_chk, S_chk):
+        assert torch.isfinite(x).all()
+    assert_close(o_chk, o_rec)
+    assert_close(S_chk, S_rec)
+    if b == 0.0 and value == float("-inf"):  # nothing written; the first -inf erased S0
+        assert not S_rec.any() and not S_chk.any()
+
+
+def test_beta_five_is_refused_not_nan():
+    """Issue #19: gated_delta never checked beta; beta = 5 turned the state to NaN by T = 200."""
+    q, k, v, _, la = make(1, 1, 200, 8, 4, seed=16, max_decay=0.01)
+    five = torch.full((1, 1, 200), 5.0, dtype=q.dtype)
+    for fn in (gated_delta.recurrent, gated_delta.chunkwise):
+        with pytest.raises(ValueError, match=r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"):
+            fn(q, k, v, five, la)
+
+
+def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
+    q, k, v, beta, la = make(1, 2, 9, 3, 2, seed=17, per_channel=True)
+    before = gated_delta.recurrent(q, k, v, beta, la)
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the reference form must not call the chunked core")
+
+    for name in ("chunked", "unit_lower_inverse", "channel_decays", "_intra_chunk", "_pass_state"):
+        monkeypatch.setattr(_chunked, name, broken)
+    after = gated_delta.recurrent(q, k, v, beta, la)
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -211,7 +256,7 @@ def test_fla_gated_delta_rule_recurrent():
         to_fla(q), to_fla(k), to_fla(v), to_fla(beta), to_fla(la),
         scale=1.0, initial_state=S0, output_final_state=True,
     )
-    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=16, state=S0)
+    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=16, initial_state=S0)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
@@ -225,7 +270,7 @@ def test_fla_gated_delta_rule_chunk(T):
         to_fla(q), to_fla(k), to_fla(v), to_fla(la), to_fla(beta), chunk_size=32, scale=1.0,
         initial_state=S0, output_final_state=True,
     )
-    o, S = gated_delta.recurrent(q, k, v, beta, la, state=S0)
+    o, S = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
@@ -238,7 +283,7 @@ def test_fla_kda_recurrent():
         to_fla(q), to_fla(k), to_fla(v), to_fla(la), to_fla(beta),
         scale=1.0, initial_state=S0, output_final_state=True,
     )
-    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=16, state=S0)
+    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=16, initial_state=S0)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
@@ -255,7 +300,7 @@ def test_fla_kda_chunk():
         to_fla(q), to_fla(k), to_fla(v), to_fla(la), to_fla(beta), scale=1.0, initial_state=S0,
         output_final_state=True, chunk_size=16,
     )
-    o, S = gated_delta.recurrent(q, k, v, beta, la, state=S0)
+    o, S = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
@@ -266,16 +311,26 @@ def test_fla_kda_chunk():
 @pytest.mark.parametrize(
     "case, match",
     [
-        ("positive", r"log_alpha must be <= 0 everywhere .* maximum of 0.5"),
-        ("nan", r"log_alpha must be <= 0 everywhere .* not NaN"),
+        ("positive", r"g must be <= 0 everywhere .* maximum of 0.5"),
+        ("nan", r"g must be <= 0 everywhere .* not NaN"),
         (
             "shape_time",
-            r"log_alpha must have shape \(B, H, T\) = \(2, 3, 5\) or \(B, H, T, Dk\) = \(2, 3, 5, 4\)",
+            r"g must have shape \(B, H, T\) = \(2, 3, 5\) or \(B, H, T, Dk\) = \(2, 3, 5, 4\)",
         ),
-        ("shape_channels", r"log_alpha must have shape \(B, H, T\)"),
-        ("shape_ndim", r"log_alpha must have shape \(B, H, T\)"),
-        ("not_tensor", r"log_alpha must be a torch.Tensor"),
+        ("shape_channels", r"g must have shape \(B, H, T\)"),
+        ("shape_ndim", r"g must have shape \(B, H, T\)"),
+        ("not_tensor", r"g must be a torch.Tensor"),
+        ("plus_inf", r"g must be <= 0 everywhere .* maximum of inf"),
+        ("int_gate", r"g must have a floating-point dtype"),
         ("beta_shape", r"beta must have shape \(B, H, T\)"),
+        ("beta_big", r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"),
+        ("beta_negative", r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"),
+        ("beta_nan", r"beta must be finite everywhere"),
+        ("long_keys", r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"),
+        ("q_nan", r"q must be finite everywhere"),
+        ("k_nan", r"k must be finite everywhere"),
+        ("v_inf", r"v must be finite everywhere"),
+        ("state_nan", r"initial_state must be finite everywhere"),
         ("state_shape", r"state must have shape \(B, H, Dk, Dv\)"),
         ("v_heads", r"v must have shape \(B, H, T, Dv\)"),
         ("k_ndim", r"k must have 4 dimensions"),
@@ -290,6 +345,29 @@ def test_bad_input_raises(case, match):
     elif case == "nan":
         la = la.clone()
         la[0, 0, 0] = float("nan")
+    elif case == "plus_inf":
+        la = la.clone()
+        la[0, 1, 2] = float("inf")
+    elif case == "int_gate":
+        la = torch.zeros(2, 3, 5, dtype=torch.long)
+    elif case == "beta_big":
+        beta[1, 1, 1] = 5.0
+    elif case == "beta_negative":
+        beta[1, 1, 1] = -0.5
+    elif case == "beta_nan":
+        beta[0, 0, 4] = float("nan")
+    elif case == "long_keys":
+        k = 10 * k
+        beta = torch.ones_like(beta)
+    elif case == "q_nan":
+        q[0, 0, 0, 0] = float("nan")
+    elif case == "k_nan":
+        k[1, 2, 3, 1] = float("nan")
+    elif case == "v_inf":
+        v[1, 0, 0, 0] = float("inf")
+    elif case == "state_nan":
+        state = torch.zeros(2, 3, 4, 4, dtype=q.dtype)
+        state[0, 0, 0, 0] = float("nan")
     elif case == "shape_time":
         la = la[..., :4]
     elif case == "shape_channels":
@@ -308,7 +386,7 @@ def test_bad_input_raises(case, match):
         k = k[0]
     for fn in (gated_delta.recurrent, gated_delta.chunkwise):
         with pytest.raises(ValueError, match=match):
-            fn(q, k, v, beta, la, state=state)
+            fn(q, k, v, beta, la, initial_state=state)
 
 
 @pytest.mark.parametrize("chunk_size", [0, -64, 8.0, True])
@@ -337,7 +415,7 @@ def test_fla_recurrent_oracle_with_strong_decays(per_channel):
         o_ref, S_ref = load_naive("gated_delta_rule").naive_recurrent_gated_delta_rule(
             to_fla(q), to_fla(k), to_fla(v), to_fla(beta), to_fla(la),
             scale=1.0, initial_state=S0, output_final_state=True)
-    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=32, state=S0)
+    o, S = gated_delta.chunkwise(q, k, v, beta, la, chunk_size=32, initial_state=S0)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
 
@@ -351,7 +429,7 @@ def test_gradients_flow_and_both_forms_agree(per_channel):
     weights = torch.randn(1, 2, 11, 2, generator=torch.Generator().manual_seed(49), dtype=torch.float64)
 
     def loss(fn, **kw):
-        o, S = fn(*inputs, state=S0, **kw)
+        o, S = fn(*inputs, initial_state=S0, **kw)
         return (o * weights).sum() + S.square().sum()
 
     grads_c = torch.autograd.grad(loss(gated_delta.chunkwise, chunk_size=4), [*inputs, S0])
@@ -393,7 +471,7 @@ def test_channel_decays_equal_the_definition(C, max_decay):
     g = torch.Generator().manual_seed(C)
     q, k = (torch.randn(2, 3, C, 5, generator=g, dtype=torch.float64) for _ in range(2))
     la = -max_decay * torch.rand(2, 3, C, 5, generator=g, dtype=torch.float64)
-    got = delta._channel_decays(q, k, la)
+    got = _chunked.channel_decays(q, k, la)
     for a, b in zip(got, _explicit_channel_scores(q, k, la)):
         assert torch.isfinite(a).all()
         assert_close(a, b)
@@ -407,7 +485,7 @@ def test_channel_decays_float32_keep_digits_after_strong_decays():
     la = -1e-3 * torch.rand(4, 64, 8, generator=g)
     la[:, :20] = -40.0  # the chunk's first 20 tokens wipe everything before them
     la[1, 30] = float("-inf")  # a full reset mid-chunk
-    got = delta._channel_decays(q, k, la)
+    got = _chunked.channel_decays(q, k, la)
     for a, b in zip(got, _explicit_channel_scores(q, k, la)):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a.double(), b, atol=2e-6, rtol=2e-6)
@@ -419,8 +497,8 @@ def test_channel_decays_grad_path_equals_in_place_path():
     q, k = (torch.randn(3, 12, 4, generator=g, dtype=torch.float64) for _ in range(2))
     la = -torch.rand(3, 12, 4, generator=g, dtype=torch.float64)
     with torch.no_grad():
-        plain = delta._channel_decays(q, k, la)
-    tracked = delta._channel_decays(q.requires_grad_(), k, la.requires_grad_())
+        plain = _chunked.channel_decays(q, k, la)
+    tracked = _chunked.channel_decays(q.requires_grad_(), k, la.requires_grad_())
     for a, b in zip(tracked, plain):
         assert_close(a.detach(), b)
     sum(x.sum() for x in tracked).backward()

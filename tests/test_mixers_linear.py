@@ -45,10 +45,12 @@ def test_elu1():
 @given(shape=shapes, chunk=st.integers(1, 17), normalize=st.booleans(), seed=st.integers(0, 2**16))
 def test_parallel_recurrent_chunkwise_agree(shape, chunk, normalize, seed):
     q, k, v = make(*shape, seed=seed)
-    o_par = linear.parallel(q, k, v, normalize=normalize)
+    o_par, (S_par, z_par) = linear.parallel(q, k, v, normalize=normalize)
     o_rec, (S_rec, z_rec) = linear.recurrent(q, k, v, normalize=normalize)
     o_chk, (S_chk, z_chk) = linear.chunkwise(q, k, v, chunk_size=chunk, normalize=normalize)
     assert_close(o_rec, o_par)
+    assert_close(S_par, S_rec)  # parallel returns the same final state
+    assert_close(z_par, z_rec)
     assert_close(o_chk, o_rec)
     assert_close(S_chk, S_rec)
     assert_close(z_chk, z_rec)
@@ -64,22 +66,24 @@ def test_split_processing_with_state(shape, chunk, split, seed):
     split = min(split, T)
     q, k, v = make(*shape, seed=seed)
     state = make_state(B, H, Dk, Dv, seed=seed + 1)
-    o_all, (S_all, z_all) = linear.recurrent(q, k, v, state=state)
-    o1, st1 = linear.chunkwise(q[:, :, :split], k[:, :, :split], v[:, :, :split], chunk, state=state)
-    o2, (S2, z2) = linear.chunkwise(q[:, :, split:], k[:, :, split:], v[:, :, split:], chunk, state=st1)
+    o_all, (S_all, z_all) = linear.recurrent(q, k, v, initial_state=state)
+    o1, st1 = linear.chunkwise(q[:, :, :split], k[:, :, :split], v[:, :, :split], chunk_size=chunk,
+                               initial_state=state)
+    o2, (S2, z2) = linear.chunkwise(q[:, :, split:], k[:, :, split:], v[:, :, split:], chunk_size=chunk,
+                                    initial_state=st1)
     assert_close(torch.cat([o1, o2], dim=2), o_all)
     assert_close(S2, S_all)
     assert_close(z2, z_all)
     # and the recurrent form splits the same way
-    o3, st3 = linear.recurrent(q[:, :, :split], k[:, :, :split], v[:, :, :split], state=state)
-    o4, _ = linear.recurrent(q[:, :, split:], k[:, :, split:], v[:, :, split:], state=st3)
+    o3, st3 = linear.recurrent(q[:, :, :split], k[:, :, :split], v[:, :, :split], initial_state=state)
+    o4, _ = linear.recurrent(q[:, :, split:], k[:, :, split:], v[:, :, split:], initial_state=st3)
     assert_close(torch.cat([o3, o4], dim=2), o_all)
 
 
 @pytest.mark.parametrize("T", [1, 63, 64, 65, 200])
 def test_chunkwise_float32_any_length(T):
     q, k, v = make(2, 2, T, 8, 8, seed=T, dtype=torch.float32)
-    o_par = linear.parallel(q, k, v)
+    o_par = linear.parallel(q, k, v)[0]
     o_chk, _ = linear.chunkwise(q, k, v)
     assert o_chk.dtype == torch.float32
     torch.testing.assert_close(o_chk, o_par, atol=1e-5, rtol=1e-5)
@@ -89,7 +93,7 @@ def test_empty_sequence_keeps_state():
     q, k, v = make(1, 2, 0, 3, 4)
     state = make_state(1, 2, 3, 4)
     for fn in (linear.recurrent, linear.chunkwise):
-        o, (S, z) = fn(q, k, v, state=state)
+        o, (S, z) = fn(q, k, v, initial_state=state)
         assert o.shape == (1, 2, 0, 4)
         assert torch.equal(S, state[0]) and torch.equal(z, state[1])
 
@@ -109,7 +113,7 @@ def test_ours_is_causal_seed_prefill_is_not(t):
     q, k, v = make(1, 2, 10, 4, 3, seed=5)
     k2, v2 = _perturb_token(k, t), _perturb_token(v, t, seed=7)
     forms = {
-        "parallel": lambda q, k, v: linear.parallel(q, k, v),
+        "parallel": lambda q, k, v: linear.parallel(q, k, v)[0],
         "recurrent": lambda q, k, v: linear.recurrent(q, k, v)[0],
         "chunkwise": lambda q, k, v: linear.chunkwise(q, k, v, chunk_size=4)[0],
     }
@@ -148,7 +152,7 @@ def test_eps_keeps_underflowed_features_finite():
     k = linear.elu1(torch.full((1, 1, 6, 4), -20.0))
     v = torch.randn(1, 1, 6, 3)
     for o in (
-        linear.parallel(q, k, v),
+        linear.parallel(q, k, v)[0],
         linear.recurrent(q, k, v)[0],
         linear.chunkwise(q, k, v, chunk_size=4)[0],
         linear.seed_prefill(q, k, v)[0],
@@ -159,11 +163,24 @@ def test_eps_keeps_underflowed_features_finite():
 
 def test_eps_enters_only_the_denominator():
     q, k, v = make(1, 1, 5, 3, 2)
-    num = linear.parallel(q, k, v, normalize=False)
+    num = linear.parallel(q, k, v, normalize=False)[0]
     den = (q * k.cumsum(2)).sum(-1, keepdim=True)
-    for eps in (0.0, 1e-6, 0.5):
-        assert_close(linear.parallel(q, k, v, eps=eps), num / (den + eps))
+    for eps in (1e-300, 1e-6, 0.5):
+        assert_close(linear.parallel(q, k, v, eps=eps)[0], num / (den + eps))
     assert linear.EPS == 1e-6
+
+
+@pytest.mark.parametrize("eps", [0, 0.0, -1e-6, float("nan"), float("inf"), True, "1e-6"])
+def test_eps_must_be_positive(eps):
+    """Issue #19: eps = 0 turned a zero normaliser into 0/0 = NaN silently; it is refused."""
+    q, k, v = make(1, 1, 5, 3, 2)
+    for call in _all_forms(q, k, v, eps=eps):
+        with pytest.raises(ValueError, match="eps must be a finite float > 0"):
+            call()
+    with pytest.raises(ValueError, match="eps must be a finite float > 0"):
+        linear.decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], eps=eps)
+    with pytest.raises(ValueError, match="eps must be a finite float > 0"):
+        linear.seed_prefill(q, k, v, eps=eps)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -171,7 +188,7 @@ def test_low_precision_inputs(dtype):
     q, k, v = make(1, 2, 20, 4, 4, seed=3, dtype=dtype)
     o, (S, z) = linear.chunkwise(q, k, v, chunk_size=8)
     assert o.dtype == dtype and S.dtype == torch.float32 and z.dtype == torch.float32
-    ref = linear.parallel(q.double(), k.double(), v.double())
+    ref = linear.parallel(q.double(), k.double(), v.double())[0]
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(o.double(), ref, atol=tol, rtol=tol)
 
@@ -192,8 +209,8 @@ def test_fla_naive_recurrent_unnormalised():
         to_fla(q), to_fla(k), to_fla(v), scale=1.0, initial_state=S0, output_final_state=True
     )
     state = (S0, torch.zeros(2, 3, 8))
-    o, (S, _) = linear.recurrent(q, k, v, state=state, normalize=False)
-    o_chk, _ = linear.chunkwise(q, k, v, chunk_size=16, state=state, normalize=False)
+    o, (S, _) = linear.recurrent(q, k, v, initial_state=state, normalize=False)
+    o_chk, _ = linear.chunkwise(q, k, v, chunk_size=16, initial_state=state, normalize=False)
     torch.testing.assert_close(o, to_fla(o_ref), atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(o_chk.transpose(1, 2), o_ref, atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-4, rtol=1e-5)
@@ -208,7 +225,7 @@ def test_fla_naive_recurrent_normalised_with_state():
         to_fla(q), to_fla(k), to_fla(v), scale=1.0, initial_state=(S0, z0[:, None]),
         output_final_state=True, normalize=True,
     )
-    o, (S, z) = linear.chunkwise(q, k, v, chunk_size=8, state=(S0, z0), eps=1e-10)
+    o, (S, z) = linear.chunkwise(q, k, v, chunk_size=8, initial_state=(S0, z0), eps=1e-10)
     torch.testing.assert_close(o.transpose(1, 2), o_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(S, S_ref, atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(z, z_ref[:, 0], atol=1e-4, rtol=1e-5)
@@ -222,7 +239,7 @@ def test_fla_naive_chunk(normalize):
         naive.naive_chunk_linear_attn(to_fla(q), to_fla(k), to_fla(v), scale=1.0, normalize=normalize)
     )
     o_chk, _ = linear.chunkwise(q, k, v, chunk_size=64, eps=1e-10, normalize=normalize)
-    o_par = linear.parallel(q, k, v, eps=1e-10, normalize=normalize)
+    o_par = linear.parallel(q, k, v, eps=1e-10, normalize=normalize)[0]
     torch.testing.assert_close(o_chk, o_ref, atol=2e-4, rtol=1e-5)
     torch.testing.assert_close(o_par, o_ref, atol=2e-4, rtol=1e-5)
 
@@ -231,7 +248,7 @@ def test_fla_naive_chunk(normalize):
 
 
 def _all_forms(q, k, v, **kw):
-    yield lambda: linear.parallel(q, k, v, **kw)
+    yield lambda: linear.parallel(q, k, v, **kw)[0]
     yield lambda: linear.recurrent(q, k, v, **kw)
     yield lambda: linear.chunkwise(q, k, v, **kw)
 
@@ -248,7 +265,11 @@ def _all_forms(q, k, v, **kw):
         ("not_tensor", r"q must be a torch.Tensor"),
         ("negative_q", r"q must be non-negative"),
         ("negative_k", r"k must be non-negative"),
-        ("eps", r"eps must be a finite float >= 0"),
+        ("eps", r"eps must be a finite float > 0"),
+        ("int_dtype", r"v must have a floating-point dtype"),
+        ("nan_q", r"q must be finite everywhere"),
+        ("inf_k", r"k must be finite everywhere"),
+        ("nan_v", r"v must be finite everywhere"),
     ],
 )
 def test_bad_input_raises(case, match):
@@ -274,6 +295,14 @@ def test_bad_input_raises(case, match):
         k = k - 2.0
     elif case == "eps":
         kw["eps"] = -1e-6
+    elif case == "int_dtype":
+        v = v.long()
+    elif case == "nan_q":
+        q[0, 1, 2, 3] = float("nan")
+    elif case == "inf_k":
+        k[1, 0, 4, 0] = float("inf")
+    elif case == "nan_v":
+        v[0, 0, 0, 0] = float("nan")
     for call in _all_forms(q, k, v, **kw):
         with pytest.raises(ValueError, match=match):
             call()
@@ -282,7 +311,7 @@ def test_bad_input_raises(case, match):
 def test_negative_features_allowed_unnormalised():
     q, k, v = make(1, 1, 5, 3, 2)
     o = linear.chunkwise(q - 2.0, k - 2.0, v, chunk_size=2, normalize=False)[0]
-    assert_close(o, linear.parallel(q - 2.0, k - 2.0, v, normalize=False))
+    assert_close(o, linear.parallel(q - 2.0, k - 2.0, v, normalize=False)[0])
 
 
 @pytest.mark.parametrize("chunk_size", [0, -3, 1.5, 2.0, True, "4", None])
@@ -295,19 +324,23 @@ def test_bad_chunk_size(chunk_size):
 @pytest.mark.parametrize(
     "state, match",
     [
-        (torch.zeros(2, 3, 4, 4), r"state must be a tuple \(S, z\)"),
-        ((torch.zeros(2, 3, 4, 4),), r"state must be a tuple \(S, z\)"),
-        ((torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4)), r"state\[0\] \(S\) must have shape \(B, H, Dk, Dv"),
-        ((torch.zeros(1, 3, 4, 4), torch.zeros(2, 3, 4)), r"state\[0\] \(S\) must have shape"),
-        ((torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 1)), r"state\[1\] \(z\) must have shape \(B, H, Dk"),
-        ((torch.zeros(2, 3, 4, 4), "z"), r"state\[1\] \(z\) must be a torch.Tensor"),
+        (torch.zeros(2, 3, 4, 4), r"initial_state must be a tuple \(S, z\)"),
+        ((torch.zeros(2, 3, 4, 4),), r"initial_state must be a tuple \(S, z\)"),
+        ((torch.zeros(2, 3, 4, 5), torch.zeros(2, 3, 4)), r"initial_state\[0\] \(S\) must have shape \(B, H, Dk, Dv"),
+        ((torch.zeros(1, 3, 4, 4), torch.zeros(2, 3, 4)), r"initial_state\[0\] \(S\) must have shape"),
+        ((torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4, 1)), r"initial_state\[1\] \(z\) must have shape \(B, H, Dk"),
+        ((torch.zeros(2, 3, 4, 4), "z"), r"initial_state\[1\] \(z\) must be a torch.Tensor"),
+        ((torch.full((2, 3, 4, 4), float("nan")), torch.zeros(2, 3, 4)),
+         r"initial_state\[0\] \(S\) must be finite everywhere"),
     ],
 )
 def test_bad_state(state, match):
     q, k, v = make(2, 3, 5, 4, 4)
     for fn in (linear.recurrent, linear.chunkwise):
         with pytest.raises(ValueError, match=match):
-            fn(q, k, v, state=state)
+            fn(q, k, v, initial_state=state)
+    with pytest.raises(ValueError, match=match):
+        linear.decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], initial_state=state)
 
 
 # --------------------------------------------------------------------------- the decode step
@@ -320,12 +353,12 @@ def test_decode_steps_equal_recurrent(shape, normalize, seed, inplace):
     B, H, T, Dk, Dv = shape
     q, k, v = make(*shape, seed=seed)
     state = make_state(B, H, Dk, Dv, seed=seed + 1)
-    o_ref, (S_ref, z_ref) = linear.recurrent(q, k, v, state=state, normalize=normalize)
+    o_ref, (S_ref, z_ref) = linear.recurrent(q, k, v, initial_state=state, normalize=normalize)
     st_ = (state[0].clone(), state[1].clone())
     outs = []
     for t in range(T):
         o_t, st_ = linear.decode_step(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
-                                      state=st_, normalize=normalize, inplace=inplace)
+                                      initial_state=st_, normalize=normalize, inplace=inplace)
         outs.append(o_t)
     assert_close(torch.cat(outs, dim=2), o_ref)
     assert_close(st_[0], S_ref)
@@ -336,21 +369,21 @@ def test_decode_step_inplace_or_not():
     q, k, v = make(2, 3, 1, 4, 5, seed=4, dtype=torch.float32)
     S0, z0 = make_state(2, 3, 4, 5, dtype=torch.float32)
     S_keep, z_keep = S0.clone(), z0.clone()
-    _, (S1, z1) = linear.decode_step(q, k, v, state=(S0, z0))
+    _, (S1, z1) = linear.decode_step(q, k, v, initial_state=(S0, z0))
     assert torch.equal(S0, S_keep) and torch.equal(z0, z_keep)  # default: the input is untouched
-    _, (S2, z2) = linear.decode_step(q, k, v, state=(S0, z0), inplace=True)
+    _, (S2, z2) = linear.decode_step(q, k, v, initial_state=(S0, z0), inplace=True)
     assert S2 is S0 and z2 is z0  # updated in place, no new allocation
     torch.testing.assert_close(S2, S1)
     torch.testing.assert_close(z2, z1)
     # a float16 state cannot be updated in place in float32: a new one is returned, still right
     Sh, zh = S_keep.half(), z_keep.half()
-    _, (S3, _) = linear.decode_step(q, k, v, state=(Sh, zh), inplace=True)
+    _, (S3, _) = linear.decode_step(q, k, v, initial_state=(Sh, zh), inplace=True)
     assert S3.dtype == torch.float32 and torch.equal(Sh, S_keep.half())
     torch.testing.assert_close(S3, S1, atol=1e-2, rtol=1e-2)
     # without a state it starts from zeros
     o, (S4, z4) = linear.decode_step(q, k, v)
     torch.testing.assert_close(S4, k.transpose(-1, -2) @ v)
-    torch.testing.assert_close(o, linear.parallel(q, k, v))
+    torch.testing.assert_close(o, linear.parallel(q, k, v)[0])
 
 
 def test_decode_step_bad_input():
@@ -361,5 +394,6 @@ def test_decode_step_bad_input():
         linear.decode_step(q[:, :, :1], k[:, :, :1, :3], v[:, :, :1])
     with pytest.raises(ValueError, match="q must be non-negative"):
         linear.decode_step(q[:, :, :1] - 3, k[:, :, :1], v[:, :, :1])
-    with pytest.raises(ValueError, match=r"state\[0\] \(S\) must have shape"):
-        linear.decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], state=(torch.zeros(1, 2, 4, 3), torch.zeros(1, 2, 4)))
+    with pytest.raises(ValueError, match=r"initial_state\[0\] \(S\) must have shape"):
+        linear.decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1],
+                           initial_state=(torch.zeros(1, 2, 4, 3), torch.zeros(1, 2, 4)))

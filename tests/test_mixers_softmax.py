@@ -1,4 +1,5 @@
-"""Softmax attention: the masked parallel form, and decode steps against a KV cache."""
+"""Softmax attention: the fast form (whole sequences, chunks after a cache, one decode query)
+equals the one-query-at-a-time reference, SDPA and GPT-2's attention; bad input raises."""
 
 import math
 
@@ -8,9 +9,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2k3.gpt2 import CausalSelfAttention, GPTConfig
-from gpt2k3.kv_cache import KVCache
-from gpt2k3.layers import StateCache
 from gpt2k3.mixers import softmax
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -21,13 +19,16 @@ def make(B, H, T, D, seed=0, dtype=torch.float64):
     return tuple(torch.randn(B, H, T, D, generator=g, dtype=dtype) for _ in range(3))
 
 
-def reference(q, k, v, scale=None):
-    """Position by position, straight from the definition."""
+def definition(q, k, v, scale=None):
+    """Position by position, straight from the formula (queries are the last Tq positions);
+    independent of both forms under test."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    out = torch.empty_like(v)
-    for t in range(q.shape[2]):
-        w = torch.softmax((q[:, :, t:t + 1] @ k[:, :, :t + 1].transpose(-1, -2)) * scale, dim=-1)
-        out[:, :, t:t + 1] = w @ v[:, :, :t + 1]
+    Tq, Tk = q.shape[2], k.shape[2]
+    out = torch.empty(*q.shape[:3], v.shape[-1], dtype=q.dtype)
+    for i in range(Tq):
+        p = Tk - Tq + i
+        w = torch.softmax((q[:, :, i:i + 1] @ k[:, :, :p + 1].transpose(-1, -2)) * scale, dim=-1)
+        out[:, :, i:i + 1] = w @ v[:, :, :p + 1]
     return out
 
 
@@ -36,16 +37,45 @@ shapes = st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 24), st.
 
 @SETTINGS
 @given(shape=shapes, seed=st.integers(0, 2**16), scale=st.sampled_from([None, 0.3, 2.0]))
-def test_parallel_matches_definition_and_sdpa(shape, seed, scale):
+def test_parallel_matches_definition_recurrent_and_sdpa(shape, seed, scale):
     q, k, v = make(*shape, seed=seed)
     o = softmax.parallel(q, k, v, scale=scale)
-    torch.testing.assert_close(o, reference(q, k, v, scale), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(o, definition(q, k, v, scale), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(o, softmax.recurrent(q, k, v, scale=scale), atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(o, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale),
                                atol=1e-12, rtol=1e-12)
 
 
+@SETTINGS
+@given(shape=shapes, past=st.integers(0, 24), seed=st.integers(0, 2**16),
+       scale=st.sampled_from([None, 0.5]))
+def test_a_chunk_after_a_cache_is_the_tail_of_the_whole(shape, past, seed, scale):
+    """Queries for the last Tq positions (Tq = 1 and Tq > 1 paths): the full run's last rows."""
+    B, H, T, D = shape
+    past = min(past, T - 1)
+    q, k, v = make(*shape, seed=seed)
+    full = softmax.parallel(q, k, v, scale=scale)
+    tail = softmax.parallel(q[:, :, past:], k, v, scale=scale)
+    torch.testing.assert_close(tail, full[:, :, past:], atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(softmax.recurrent(q[:, :, past:], k, v, scale=scale), tail,
+                               atol=1e-12, rtol=1e-12)
+    # decode token by token: Tq = 1 against the keys so far
+    for t in range(past, T):
+        o_t = softmax.parallel(q[:, :, t:t + 1], k[:, :, :t + 1], v[:, :, :t + 1], scale=scale)
+        torch.testing.assert_close(o_t, full[:, :, t:t + 1], atol=1e-12, rtol=1e-12)
+
+
+def test_causal_mask():
+    m = softmax.causal_mask(2, 3)
+    assert m.shape == (2, 5) and m.dtype == torch.bool
+    assert m.tolist() == [[True] * 4 + [False], [True] * 5]
+    assert torch.equal(softmax.causal_mask(4, 0), torch.ones(4, 4, dtype=torch.bool).tril())
+
+
 def test_parallel_equals_gpt2_attention_heads():
     """With GPT-2's projections around it, parallel() is GPT-2's attention."""
+    from gpt2k3.gpt2 import CausalSelfAttention, GPTConfig
+
     torch.manual_seed(0)
     cfg = GPTConfig(n_embd=32, n_head=4, n_layer=1, vocab_size=11, block_size=16)
     attn = CausalSelfAttention(cfg).eval()
@@ -61,97 +91,99 @@ def test_parallel_is_causal():
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 6] += 1.0
     v2[:, :, 6] -= 2.0
-    a, b = softmax.parallel(q, k, v), softmax.parallel(q, k2, v2)
-    assert torch.equal(a[:, :, :6], b[:, :, :6])
-    assert not torch.allclose(a[:, :, 6:], b[:, :, 6:])
+    for fn in (softmax.parallel, softmax.recurrent):
+        a, b = fn(q, k, v), fn(q, k2, v2)
+        assert torch.equal(a[:, :, :6], b[:, :, :6])
+        assert not torch.allclose(a[:, :, 6:], b[:, :, 6:])
 
 
-@SETTINGS
-@given(shape=shapes, prefill=st.integers(0, 24), seed=st.integers(0, 2**16))
-def test_decode_steps_equal_parallel(shape, prefill, seed):
-    """Prefill some tokens into the cache, decode the rest one by one: every output equals
-    the parallel form's row for that position."""
-    B, H, T, D = shape
-    prefill = min(prefill, T - 1)
-    q, k, v = make(*shape, seed=seed)
-    full = softmax.parallel(q, k, v)
-    cache = KVCache(2, B, H, T, D, dtype=torch.float64)
-    layer = 1
-    if prefill:
-        cache.update(layer, k[:, :, :prefill], v[:, :, :prefill])
-        cache.advance(prefill)
-    for t in range(prefill, T):
-        o_t = softmax.decode_step(q[:, :, t:t + 1], cache, layer, k_t=k[:, :, t:t + 1], v_t=v[:, :, t:t + 1])
-        assert cache.length == t  # decode_step does not move the pointer
-        cache.advance(1)
-        torch.testing.assert_close(o_t, full[:, :, t:t + 1], atol=1e-12, rtol=1e-12)
-        # reading again without k_t, v_t sees the same positions (the new one is now filled)
-        torch.testing.assert_close(softmax.decode_step(q[:, :, t:t + 1], cache, layer), o_t,
-                                   atol=1e-12, rtol=1e-12)
-    assert torch.equal(cache.k[layer], k) and torch.equal(cache.v[layer], v)
-    assert not cache.k[0].any()  # the other layer is untouched
-
-
-def test_decode_step_reads_the_whole_cache_in_float32():
+def test_one_query_over_a_long_cache_float32():
     q, k, v = make(1, 3, 50, 16, seed=9, dtype=torch.float32)
-    cache = KVCache(1, 1, 3, 64, 16)
-    cache.update(0, k, v)
-    cache.advance(50)
-    o = softmax.decode_step(q[:, :, -1:], cache, 0)
-    torch.testing.assert_close(o, softmax.parallel(q, k, v)[:, :, -1:], atol=1e-6, rtol=1e-5)
+    o = softmax.parallel(q[:, :, -1:], k, v)
+    assert o.dtype == torch.float32
+    torch.testing.assert_close(o, softmax.recurrent(q, k, v)[:, :, -1:], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case, match", [
-    ("q_shape", r"q_t must have shape \(B, H, 1, D\) = \(1, 2, 1, 4\)"),
-    ("q_ndim", r"q_t must have 4 dimensions"),
-    ("q_two_tokens", r"q_t must have shape"),
-    ("layer", r"layer must be in \[0, 2\)"),
-    ("dtype", r"q_t must have the cache's dtype"),
-    ("empty", r"the cache is empty"),
-    ("only_k", r"k_t and v_t must be given together"),
-    ("k_shape", r"k_t must have shape \(B, H, 1, D\)"),
-    ("overflow", r"KVCache overflow"),
-    ("not_a_cache", r"cache must be a gpt2k3.kv_cache.KVCache"),
-])
-def test_decode_step_bad_input(case, match):
-    cache = KVCache(2, 1, 2, 3, 4, dtype=torch.float64)
-    q, k, v = make(1, 2, 1, 4)
-    kw = dict(k_t=k, v_t=v)
-    layer = 0
-    if case == "q_shape":
-        q = q[..., :3]
-    elif case == "q_ndim":
-        q = q[0]
-    elif case == "q_two_tokens":
-        q = torch.cat([q, q], dim=2)
-    elif case == "layer":
-        layer = 2
-    elif case == "dtype":
-        q = q.float()
-    elif case == "empty":
-        kw = {}
-    elif case == "only_k":
-        kw = dict(k_t=k)
-    elif case == "k_shape":
-        kw = dict(k_t=k[..., :2], v_t=v)
-    elif case == "overflow":
-        cache.length = 3
-    elif case == "not_a_cache":
-        cache = StateCache(2)
-    with pytest.raises(ValueError, match=match):
-        softmax.decode_step(q, cache, layer, **kw)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs(dtype):
+    q, k, v = make(1, 2, 12, 8, seed=4, dtype=dtype)
+    ref = softmax.recurrent(q.double(), k.double(), v.double())
+    for qq in (q, q[:, :, -1:], q[:, :, 5:]):
+        o = softmax.parallel(qq, k, v)
+        assert o.dtype == dtype
+        torch.testing.assert_close(o.double(), ref[:, :, -qq.shape[2]:], atol=2e-2, rtol=2e-2)
+    assert softmax.recurrent(q, k, v).dtype == dtype
+
+
+def test_dropout():
+    q, k, v = make(1, 2, 6, 4, seed=5)
+    torch.manual_seed(0)
+    o = softmax.parallel(q, k, v, dropout_p=0.5)
+    assert o.shape == (1, 2, 6, 4) and torch.isfinite(o).all()
+    assert not torch.allclose(o, softmax.parallel(q, k, v))
+    o1 = softmax.parallel(q[:, :, -1:], k, v, dropout_p=0.5)  # the Tq = 1 path with dropout
+    assert o1.shape == (1, 2, 1, 4)
+
+
+def test_empty_query_chunk():
+    q, k, v = make(1, 2, 4, 3)
+    assert softmax.parallel(q[:, :, :0], k, v).shape == (1, 2, 0, 3)
+    assert softmax.recurrent(q[:, :, :0], k, v).shape == (1, 2, 0, 3)
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("Tq", [1, 3, 8])
+def test_non_finite_input_raises_on_every_path(where, bad, Tq):
+    """Issue #19: SDPA turned a NaN query into zeros. Every path refuses it instead."""
+    q, k, v = make(1, 2, 8, 4)
+    x = {"q": q, "k": k, "v": v}[where]
+    x[0, 1, -1, 2] = bad
+    for fn in (softmax.parallel, softmax.recurrent):
+        with pytest.raises(ValueError, match=rf"{where} must be finite everywhere"):
+            fn(q[:, :, -Tq:], k, v)
 
 
 @pytest.mark.parametrize("scale", [0, -1.0, float("nan"), float("inf"), True, "0.5"])
 def test_bad_scale(scale):
     q, k, v = make(1, 1, 3, 4)
-    with pytest.raises(ValueError, match="scale must be None or a finite float > 0"):
-        softmax.parallel(q, k, v, scale=scale)
+    for fn in (softmax.parallel, softmax.recurrent):
+        with pytest.raises(ValueError, match="scale must be None or a finite float > 0"):
+            fn(q, k, v, scale=scale)
 
 
-def test_parallel_bad_shapes():
+@pytest.mark.parametrize("p", [-0.1, 1.0, float("nan"), "0.1", True])
+def test_bad_dropout(p):
+    q, k, v = make(1, 1, 3, 4)
+    with pytest.raises(ValueError, match=r"dropout_p must be a float in \[0, 1\)"):
+        softmax.parallel(q, k, v, dropout_p=p)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("k_dim", r"k must have shape \(B, H, Tk, Dk\) = \(1, 2, \*, 4\)"),
+    ("k_heads", r"k must have shape \(B, H, Tk, Dk\)"),
+    ("v_time", r"v must have shape \(B, H, Tk, Dv\)"),
+    ("short_k", r"k must hold at least as many positions as q"),
+    ("q_ndim", r"q must have 4 dimensions"),
+    ("int", r"q must have a floating-point dtype"),
+    ("list", r"v must be a torch.Tensor"),
+])
+def test_bad_shapes(case, match):
     q, k, v = make(1, 2, 5, 4)
-    with pytest.raises(ValueError, match="k must have the same shape as q"):
-        softmax.parallel(q, k[..., :3], v)
-    with pytest.raises(ValueError, match=r"v must have shape \(B, H, T, Dv\)"):
-        softmax.parallel(q, k, v[:, :, :4])
+    if case == "k_dim":
+        k = k[..., :3]
+    elif case == "k_heads":
+        k = k[:, :1]
+    elif case == "v_time":
+        v = v[:, :, :4]
+    elif case == "short_k":
+        k, v = k[:, :, :3], v[:, :, :3]
+    elif case == "q_ndim":
+        q = q[0]
+    elif case == "int":
+        q = q.long()
+    elif case == "list":
+        v = v.tolist()
+    for fn in (softmax.parallel, softmax.recurrent):
+        with pytest.raises(ValueError, match=match):
+            fn(q, k, v)

@@ -1,11 +1,15 @@
 """Multi-head latent attention: decode paths agree with the training form, cache accounting,
-input validation, and an oracle check against Hugging Face's DeepseekV3Attention."""
+input validation, MLA as a token mixer of the one decoder (with an MoE channel mixer), and an
+oracle check against Hugging Face's DeepseekV3Attention."""
 
 import dataclasses
 
 import pytest
 import torch
 
+from gpt2k3.cache import LayerCache, ModelCache
+from gpt2k3.gpt2 import GPT, GPTConfig, generate
+from gpt2k3.kv_cache import KVCache
 from gpt2k3.mixers.mla import (
     MLA,
     LatentCache,
@@ -157,7 +161,10 @@ def test_writing_past_max_len_raises():
             decode(x[:, 4], cache)
     assert cache.length == 4
     with pytest.raises(ValueError, match="max_len"):
-        cache.append(torch.zeros(1, 1, model.cfg.kv_lora_rank), torch.zeros(1, 1, model.cfg.qk_rope_head_dim))
+        cache.extend(torch.zeros(1, 1, model.cfg.kv_lora_rank), torch.zeros(1, 1, model.cfg.qk_rope_head_dim))
+    with pytest.raises(ValueError, match="max_len"):  # the forward with a cache refuses it too
+        model(x[:, 4:5], cache=cache)
+    assert cache.length == 4
 
 
 def test_bad_shapes_raise():
@@ -168,11 +175,112 @@ def test_bad_shapes_raise():
         model.decode_absorbed(torch.randn(2, model.cfg.d_model, dtype=torch.float64), model.new_cache(1))
     cache = LatentCache(2, 4, 3, 2)
     with pytest.raises(ValueError, match="c_kv"):
-        cache.append(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
+        cache.extend(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
     with pytest.raises(ValueError, match="k_rope"):
-        cache.append(torch.zeros(2, 1, 3), torch.zeros(2, 2, 2))
+        cache.extend(torch.zeros(2, 1, 3), torch.zeros(2, 2, 2))
+    assert cache.length == 0  # refused writes move nothing
     with pytest.raises(ValueError, match="max_len"):
         LatentCache(1, 0, 3, 2)
+    with pytest.raises(ValueError, match="cache must be a LatentCache"):
+        model(torch.randn(1, 1, model.cfg.d_model, dtype=torch.float64),
+              cache=KVCache(1, model.cfg.n_heads, 4, model.cfg.v_head_dim, dtype=torch.float64))
+
+
+# ----------------------------------------------------------------------------- the cache protocol
+def test_latent_cache_speaks_the_layer_cache_protocol():
+    cache = LatentCache(2, 8, 3, 2)
+    assert isinstance(cache, LayerCache) and cache.length == 0 and cache.max_len == 8
+    assert cache.used_nbytes == 0 and cache.nbytes == 2 * 8 * 5 * 4
+    c_kv, k_rope = torch.randn(2, 3, 3), torch.randn(2, 3, 2)
+    filled = cache.extend(c_kv, k_rope)  # writes, moves the length, returns the filled part
+    assert cache.length == 3 and cache.used_nbytes == cache.nbytes * 3 // 8
+    torch.testing.assert_close(filled[0], c_kv, rtol=0, atol=0)
+    torch.testing.assert_close(filled[1], k_rope, rtol=0, atol=0)
+    c2, r2 = cache.extend(c_kv[:, :1], k_rope[:, :1])
+    assert c2.shape == (2, 4, 3) and r2.shape == (2, 4, 2)
+    cache.check_room(4)
+    with pytest.raises(ValueError, match="LatentCache overflow"):
+        cache.check_room(5)
+    cache.reset()
+    assert cache.length == 0 and cache.used_nbytes == 0 and cache.nbytes == 2 * 8 * 5 * 4
+
+
+@pytest.mark.parametrize("absorb", [True, False])
+def test_forward_with_a_cache_continues_the_sequence(absorb):
+    """``forward(x, cache)``: chunks and single tokens continue the cached sequence and equal
+    the training form; one token goes through the absorbed form when ``absorb`` is set."""
+    model = make()
+    model.absorb = absorb
+    x = torch.randn(2, 10, model.cfg.d_model, dtype=torch.float64)
+    paths = []
+    model.decode_absorbed = (lambda f: lambda *a: paths.append("absorbed") or f(*a))(model.decode_absorbed)
+    model.decode_naive = (lambda f: lambda *a: paths.append("naive") or f(*a))(model.decode_naive)
+    with torch.no_grad():
+        ref = model(x)
+        cache = model.new_cache(2, 10)
+        parts = [model(x[:, :4], cache=cache), model(x[:, 4:6], cache=cache)]
+        parts += [model(x[:, t:t + 1], cache=cache) for t in range(6, 10)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), ref, rtol=0, atol=1e-12)
+    assert cache.length == 10
+    assert paths == ["naive", "naive"] + ["absorbed" if absorb else "naive"] * 4
+
+
+def test_new_cache_sizes_dtype_and_default_length():
+    model = make(dtype=torch.float32)
+    default = model.new_cache(2)
+    assert default.max_len == model.cfg.max_len and default.c_kv.dtype == torch.float32
+    wide = model.new_cache(1, 5, dtype=torch.float64)
+    assert wide.max_len == 5 and wide.c_kv.dtype == wide.k_rope.dtype == torch.float64
+    with pytest.raises(TypeError):
+        model.new_cache(1, 5, torch.float64)  # dtype and device are keyword-only
+
+
+# ----------------------------------------------------------------------------- MLA in the decoder
+GPT_CFG = GPTConfig(block_size=24, vocab_size=53, n_layer=3, n_head=4, n_embd=32)
+
+
+def mla_moe_gpt(seed=0):
+    """The one decoder with MLA as every block's token mixer and an MoE as its channel mixer."""
+    from gpt2k3.moe import MoE, MoEConfig
+
+    torch.manual_seed(seed)
+    mla = MLAConfig(**{**SMALL, "max_len": GPT_CFG.block_size})
+    moe = MoEConfig(d_model=GPT_CFG.n_embd, n_routed_experts=4, n_shared_experts=1, top_k=2,
+                    d_expert=8)
+    return GPT(GPT_CFG, mixer=lambda c, i: MLA(mla), mlp=lambda c, i: MoE(moe)).double().eval()
+
+
+def test_mla_and_moe_in_the_decoder_decode_token_identically():
+    from gpt2k3.moe import MoE
+
+    model = mla_moe_gpt()
+    assert all(isinstance(b.attn, MLA) and isinstance(b.mlp, MoE) for b in model.transformer.h)
+    idx = torch.randint(0, GPT_CFG.vocab_size, (2, 6), generator=torch.Generator().manual_seed(1))
+    ref = generate(model, idx, 14, use_cache=False, temperature=0)
+    assert torch.equal(generate(model, idx, 14, temperature=0), ref)  # model.new_cache, absorbed
+    cache = model.new_cache(2, 20)
+    assert isinstance(cache, ModelCache) and cache.kinds == ("LatentCache",) * 3
+    assert torch.equal(generate(model, idx, 14, temperature=0, cache=cache), ref)
+    assert cache.length == 19
+    per_token = 2 * (SMALL["kv_lora_rank"] + SMALL["qk_rope_head_dim"]) * 8  # batch x numbers x fp64
+    assert cache.used_nbytes == 3 * per_token * 19
+    for block in model.transformer.h:  # the expanded decode gives the same tokens
+        block.attn.absorb = False
+    assert torch.equal(generate(model, idx, 14, temperature=0), ref)
+
+
+def test_mla_and_moe_in_the_decoder_cached_logits_equal_the_full_forward():
+    model = mla_moe_gpt(seed=2)
+    idx = torch.randint(0, GPT_CFG.vocab_size, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        full = model(idx)
+        cache = model.new_cache(2, 16)
+        pieces = [model(idx[:, :5], cache=cache)] + [model(idx[:, t:t + 1], cache=cache)
+                                                      for t in range(5, 16)]
+        torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-10, atol=1e-10)
+        with pytest.raises(ValueError, match="overflow|block_size"):
+            model(idx[:, :1], cache=cache)
+    assert cache.length == 16
 
 
 # ----------------------------------------------------------------------------- oracle

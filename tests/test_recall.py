@@ -107,11 +107,19 @@ def test_slow_gate_init_starts_out_remembering(mixer):
 
 
 def test_state_numbers():
-    m = ModelConfig(d_model=64, n_head=4)
+    m = ModelConfig(d_model=64, n_head=4, conv="none")
     assert recall.state_numbers("softmax", m, 100) == 2 * 100 * 64
     assert recall.state_numbers("linear", m, 100) == 4 * (16 * 16 + 16)
     for mixer in ("deltanet", "gated_deltanet", "kda"):
         assert recall.state_numbers(mixer, m, 100) == recall.state_numbers(mixer, m, 10**6) == 4 * 16 * 16
+    # with the short convolution (kernel 4) every mixer also keeps 3 inputs of q, k and v
+    tail = 3 * 3 * 64
+    m = ModelConfig(d_model=64, n_head=4, conv="all", conv_size=4)
+    assert recall.state_numbers("softmax", m, 100) == 2 * 100 * 64 + tail
+    assert recall.state_numbers("linear", m, 100) == 4 * (16 * 16 + 16) + tail
+    native = ModelConfig(d_model=64, n_head=4, conv="native", conv_size=4)
+    assert recall.state_numbers("softmax", native, 100) == 2 * 100 * 64
+    assert recall.state_numbers("kda", native, 100) == 4 * 16 * 16 + tail
 
 
 class _Oracle(nn.Module):

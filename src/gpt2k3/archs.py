@@ -389,8 +389,3 @@ def spec_from_gpt_config(config, name: str = "custom") -> ArchSpec:
     return ArchSpec(name=name, vocab_size=config.vocab_size, n_layer=config.n_layer,
                     d_model=config.n_embd, n_head=config.n_head, max_positions=config.block_size,
                     bias=config.bias, norm="layernorm", tied_embeddings=True)
-
-
-# The transformers-based builders are optional oracles and live in gpt2k3.oracles; the names
-# stay importable from here for older imports (they return None without transformers).
-from .oracles import hf_config, hf_meta_model  # noqa: E402

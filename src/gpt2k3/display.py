@@ -1,4 +1,9 @@
-"""Small display helpers for the notebooks (tables, glued numbers).
+"""Small display helpers for the notebooks and figures (tables, glued numbers, formatters).
+
+The number formatters here are the only ones the figures and widgets use: :func:`fmt_bytes`
+(binary units, ``'1.5 KiB'``), :func:`fmt_decimal_bytes` (decimal units, ``'19.3 GB'``),
+:func:`fmt_gb` (always gigabytes, ``'0.0157 GB'``) and :func:`fmt_count` (``'47.5B'``), all
+at three significant digits; :func:`sig` rounds a number to significant digits.
 
 ``glue`` stores a value for the web book's prose (myst-nb's ``{glue:text}`` role).
 myst-nb is a build dependency, not a package dependency: in Colab, where it is not
@@ -13,7 +18,8 @@ from typing import Any, Sequence
 
 from IPython.display import Markdown
 
-__all__ = ["glue", "md_table", "bound", "sig", "GLUE_DIGITS"]
+__all__ = ["glue", "md_table", "bound", "sig", "GLUE_DIGITS", "fmt_bytes", "fmt_decimal_bytes",
+           "fmt_gb", "fmt_count"]
 
 #: Significant digits a glued float keeps.  Stored notebook outputs must be the same on
 #: every machine; a float32 computation is good to about 7 digits, so nothing glued may
@@ -32,7 +38,56 @@ def sig(x: float, digits: int = 3) -> float:
     x = float(x)
     if x == 0 or not math.isfinite(x):
         return x
-    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+    # the correctly rounded decimal with ``digits`` significant digits (as ``%g`` prints it),
+    # read back: no float log10 decides the exponent
+    return float(f"{x:.{digits - 1}e}")
+
+
+def _real(name: str, n, nonneg: bool = True) -> float:
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n):
+        raise ValueError(f"{name} must be a finite number, got {n!r}")
+    if nonneg and n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n!r}")
+    return float(n)
+
+
+def fmt_bytes(n: float) -> str:
+    """``1536 -> '1.5 KiB'``: binary units (B, KiB, ... PiB), three significant digits."""
+    n = _real("n", n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} B" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_decimal_bytes(n: float) -> str:
+    """Decimal units: ``'19.3 GB'``, ``'5.63 TB'``, ``'45.1 MB'``, ``'512 B'`` (three
+    significant digits)."""
+    n = _real("n", n, nonneg=False)
+    for div, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(n) >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def fmt_gb(n: float) -> str:
+    """Always gigabytes (decimal), three significant digits: ``'1.23 GB'``, ``'0.0157 GB'``."""
+    return f"{_real('n', n, nonneg=False) / 1e9:.3g} GB"
+
+
+def fmt_count(n: float, sign: bool = False) -> str:
+    """A count in short form: ``'47.5B'``, ``'2.81T'``, ``'124M'``; with ``sign``, ``'+1.17B'``,
+    ``'−4.97M'`` (a true minus sign)."""
+    n = _real("n", n, nonneg=False)
+    if not isinstance(sign, bool):
+        raise ValueError(f"sign must be a bool, got {sign!r}")
+    mark = ("+" if n > 0 else "−" if n < 0 else "") if sign else ("−" if n < 0 else "")
+    a = abs(n)
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if a >= div:
+            return f"{mark}{a / div:.3g}{unit}"
+    return f"{mark}{a:.0f}"
 
 
 def _tol_text(tol: float) -> str:

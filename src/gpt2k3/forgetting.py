@@ -42,6 +42,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from ._validate import check_int, check_number
 from .mixers import gated_delta
 
 __all__ = ["half_life", "log_alpha_for_half_life", "RecallCurve", "fact_recall",
@@ -49,18 +50,6 @@ __all__ = ["half_life", "log_alpha_for_half_life", "RecallCurve", "fact_recall",
 
 
 # ---------------------------------------------------------------------------- validation
-def _int(x, name: str, minimum: int) -> int:
-    if isinstance(x, bool) or not hasattr(x, "__index__") or operator.index(x) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {x!r}")
-    return operator.index(x)
-
-
-def _number(x, name: str, lo: float, hi: float, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi:
-        raise ValueError(f"{name} must be {what}, got {x!r}")
-    return float(x)
-
-
 def _log_alpha(log_alpha, d: int) -> torch.Tensor:
     """A scalar gate -> 0-d tensor; a per-channel gate -> ``(d,)`` tensor; both float64, <= 0."""
     if isinstance(log_alpha, (int, float)) and not isinstance(log_alpha, bool):
@@ -97,13 +86,13 @@ def half_life(log_alpha: float) -> float:
 
     ``log_alpha = 0`` (no decay) gives ``inf``.
     """
-    la = _number(log_alpha, "log_alpha", -math.inf, 0.0, "a number <= 0")
+    la = check_number(log_alpha, "log_alpha", -math.inf, 0.0, what="a number <= 0")
     return math.inf if la == 0 else math.log(2) / -la
 
 
 def log_alpha_for_half_life(tokens: float) -> float:
     """The per-token log decay whose half-life is ``tokens``: ``-ln 2 / tokens``."""
-    t = _number(tokens, "tokens", 0.0, math.inf, "a positive number of tokens")
+    t = check_number(tokens, "tokens", 0.0, math.inf, what="a positive number of tokens")
     if t == 0:
         raise ValueError("tokens must be a positive number of tokens, got 0")
     return -math.log(2) / t
@@ -111,7 +100,7 @@ def log_alpha_for_half_life(tokens: float) -> float:
 
 def split_channels(d: int, keep: int) -> tuple[list[int], list[int]]:
     """The first ``keep`` key channels (the ones that keep) and the other ``d - keep`` (that forget)."""
-    d, keep = _int(d, "d", 1), _int(keep, "keep", 0)
+    d, keep = check_int(d, "d", 1), check_int(keep, "keep", 0)
     if keep > d:
         raise ValueError(f"keep must be <= d = {d}, got {keep}")
     return list(range(keep)), list(range(keep, d))
@@ -153,12 +142,13 @@ def fact_recall(d: int = 16, n_tokens: int = 128, *, log_alpha=0.0, beta: float 
 
     Deterministic for a given ``seed``; ``trials`` independent streams are averaged.
     """
-    d, n_tokens, trials = _int(d, "d", 1), _int(n_tokens, "n_tokens", 0), _int(trials, "trials", 1)
-    beta = _number(beta, "beta", 0.0, 2.0, "a number in [0, 2]")
+    d, n_tokens = check_int(d, "d", 1), check_int(n_tokens, "n_tokens", 0)
+    trials = check_int(trials, "trials", 1)
+    beta = check_number(beta, "beta", 0.0, 2.0, what="a number in [0, 2]")
     la = _log_alpha(log_alpha, d)
     fact_ch = _channels(fact_channels, d, "fact_channels")
     dist_ch = _channels(distractor_channels, d, "distractor_channels")
-    gen = torch.Generator().manual_seed(_int(seed, "seed", 0))
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
     T = n_tokens + 1
     k0 = _unit_keys((trials, 1), fact_ch, d, gen)  # (trials, 1, d)
     k = torch.cat([k0, _unit_keys((trials, n_tokens), dist_ch, d, gen)], dim=1)
@@ -182,12 +172,12 @@ def expected_signal(elapsed: Sequence[int], d: int = 16, *, log_alpha=0.0, beta:
 
     ``(1/|F|) sum_{i in F} (alpha_i (1 - beta [i in W] / |W|))^t`` for each ``t`` in ``elapsed``.
     """
-    d = _int(d, "d", 1)
-    beta = _number(beta, "beta", 0.0, 2.0, "a number in [0, 2]")
+    d = check_int(d, "d", 1)
+    beta = check_number(beta, "beta", 0.0, 2.0, what="a number in [0, 2]")
     la = _log_alpha(log_alpha, d).expand(d)
     fact_ch = _channels(fact_channels, d, "fact_channels")
     dist_ch = _channels(distractor_channels, d, "distractor_channels")
-    ts = [_int(t, "each entry of elapsed", 0) for t in elapsed]
+    ts = [check_int(t, "each entry of elapsed", 0) for t in elapsed]
     erase = torch.zeros(d, dtype=torch.float64)
     if distractors:
         erase[dist_ch] = beta / len(dist_ch)
@@ -225,14 +215,16 @@ def recall_by_age(d: int = 16, n: int = 128, *, rule: str = "delta", beta: float
     """
     if rule not in ("delta", "additive"):
         raise ValueError(f"rule must be 'delta' or 'additive', got {rule!r}")
-    d, n, trials = _int(d, "d", 1), _int(n, "n", 1), _int(trials, "trials", 1)
-    beta = _number(beta, "beta", 0.0, 2.0, "a number in [0, 2]")
+    d, n, trials = check_int(d, "d", 1), check_int(n, "n", 1), check_int(trials, "trials", 1)
+    beta = check_number(beta, "beta", 0.0, 2.0, what="a number in [0, 2]")
     la = float(_log_alpha(log_alpha, d))
-    gen = torch.Generator().manual_seed(_int(seed, "seed", 0))
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
     k = _unit_keys((trials, n), list(range(d)), d, gen)
     v = torch.randn(trials, n, d, generator=gen, dtype=torch.float64)
     if rule == "additive":
-        weights = beta * torch.exp(la * torch.arange(n - 1, -1, -1, dtype=torch.float64))
+        age = torch.arange(n - 1, -1, -1, dtype=torch.float64)
+        # alpha^age, with alpha^0 = 1 even for alpha = 0 (log_alpha = -inf: -inf * 0 is NaN)
+        weights = beta * torch.where(age == 0, 1.0, torch.exp(la * age))
         S = k.transpose(1, 2) @ (weights[None, :, None] * v)
     else:
         b = torch.full((trials, 1, n), beta, dtype=torch.float64)

@@ -7,8 +7,9 @@ deliberate difference: the MLP uses the tanh approximation of GELU, which is wha
 OpenAI's GPT-2 (and Hugging Face's ``GPT2LMHeadModel``) compute.  With it, the
 public GPT-2 weights give the same logits here as there (see the oracle test).
 
-The forward pass optionally takes a :class:`gpt2k3.kv_cache.KVCache`; see
-chapter 2 of the book.
+The forward pass optionally takes a :class:`gpt2k3.cache.ModelCache` from
+:meth:`GPT.new_cache` -- one cache per block, created by that block's token mixer (a
+:class:`gpt2k3.kv_cache.KVCache` for GPT-2's attention); see chapter 2 of the book.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._validate import check_positive_int
-from .kv_cache import ConcatKVCache, KVCache, causal_mask
+from .cache import ModelCache, check_cache
+from .kv_cache import ConcatKVCache, KVCache
+from .mixers import softmax as _softmax
 
 __all__ = ["GPTConfig", "GPT", "generate", "FastDecoder", "trace_shapes"]
 
@@ -42,11 +45,22 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True
+    #: ``"learned"``: GPT-2's position table ``wpe``; ``"none"``: no position embedding (NoPE,
+    #: Kimi Linear and K3 -- order then comes only from causal masking and the recurrent mixers)
+    position: str = "learned"
+    #: GPT-2 ties the head to the token embedding; DeepSeek, Kimi K2 and K3 do not
+    tie_embeddings: bool = True
 
     def __post_init__(self):
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "dropout":
+            if f.name == "position":
+                if value not in ("learned", "none"):
+                    raise ValueError(f"position must be 'learned' or 'none', got {value!r}")
+            elif f.name == "tie_embeddings":
+                if not isinstance(value, bool):
+                    raise ValueError(f"tie_embeddings must be a bool, got {value!r}")
+            elif f.name == "dropout":
                 if not 0.0 <= value < 1.0:
                     raise ValueError(f"dropout must be in [0, 1), got {value!r}")
             elif f.name == "bias":
@@ -65,7 +79,11 @@ class GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection (``c_attn``)."""
+    """Multi-head causal self-attention with one fused QKV projection (``c_attn``).
+
+    The token mixing itself is :func:`gpt2k3.mixers.softmax.parallel`; this layer adds GPT-2's
+    projections and owns its cache, a :class:`gpt2k3.kv_cache.KVCache` (:meth:`new_cache`).
+    """
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -76,30 +94,25 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.n_embd = config.n_embd
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  device=None) -> KVCache:
+        """An empty preallocated K/V cache for this layer (dtype and device of the weights)."""
+        w = self.c_attn.weight
+        return KVCache(batch, self.n_head, max_len, self.n_embd // self.n_head,
+                       dtype=w.dtype if dtype is None else dtype,
+                       device=w.device if device is None else device)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
+        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):
+            raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
+                             f"concat_cache), got {type(cache).__name__}")
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        past = 0
-        if cache is not None:
-            past = cache.length
-            k, v = cache.update(layer, k, v)
-        dropout = self.attn_dropout if self.training else 0.0
-        if past == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        elif T == 1 and dropout == 0.0:
-            # One new token sees the whole cache, no mask: two small matrix products. Written
-            # out rather than through SDPA, whose fused CPU kernel tiles and dispatches to the
-            # thread pool even for a single query; on two cores that overhead can exceed the
-            # work itself.
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-            y = att.softmax(dim=-1) @ v
-        elif T == 1:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout)
-        else:  # a chunk after a non-empty cache: causal within the chunk, full over the past
-            mask = causal_mask(T, past, device=x.device)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        if cache is not None:  # append this chunk; attend over everything cached so far
+            k, v = cache.extend(k, v)
+        y = _softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
 
@@ -119,50 +132,85 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block: ``x + attn(ln_1(x))``, then ``x + mlp(ln_2(x))``.
+    """One decoder layer: a token mixer ``attn`` and a channel mixer ``mlp``, each behind a
+    pre-norm (``ln_1``, ``ln_2``).
 
-    ``attn`` is the token mixer: GPT-2's causal self-attention by default, or any module
-    with the same ``forward(x, cache=None, layer=0)`` (a linear-attention or delta-rule
-    layer from :mod:`gpt2k3.layers`).
+    :meth:`mix_tokens` is ``attn(ln_1(x))`` and :meth:`mix_channels` is ``mlp(ln_2(x))``; the
+    plain residual :meth:`forward` adds each to the stream, GPT-2's ``x + attn(ln_1(x))`` then
+    ``x + mlp(ln_2(x))``. Another residual style (K3's Attention Residuals) calls the two
+    sub-layers itself.
+
+    Defaults are GPT-2's parts: causal self-attention, the GELU MLP and LayerNorm. ``attn`` may
+    be any module with ``forward(x, cache=None)`` and ``new_cache(batch, max_len, dtype=,
+    device=)`` (linear attention, DeltaNet, KDA, MLA ...); ``mlp`` any ``(B, T, C) -> (B, T, C)``
+    module (an MoE ...); ``norm(dim)`` builds each norm.
     """
 
-    def __init__(self, config: GPTConfig, attn: nn.Module | None = None):
+    def __init__(self, config: GPTConfig, attn: nn.Module | None = None, mlp: nn.Module | None = None,
+                 norm=None):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        norm = norm if norm is not None else (lambda d: nn.LayerNorm(d, bias=config.bias))
+        self.ln_1 = norm(config.n_embd)
         self.attn = attn if attn is not None else CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_2 = norm(config.n_embd)
+        self.mlp = mlp if mlp is not None else MLP(config)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cache=cache, layer=layer)
-        return x + self.mlp(self.ln_2(x))
+    def mix_tokens(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        return self.attn(self.ln_1(x), cache=cache)
+
+    def mix_channels(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.ln_2(x))
+
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        x = x + self.mix_tokens(x, cache)
+        return x + self.mix_channels(x)
 
 
 class GPT(nn.Module):
-    """Decoder-only GPT-2.  ``forward(idx)`` returns logits for every position.
+    """The book's one decoder. With no parts given it is GPT-2; ``forward(idx)`` returns logits
+    for every position.
 
-    ``mixer``, if given, is called as ``mixer(config, layer_index)`` to build each
-    block's token mixer in place of causal self-attention — this is how the later
-    chapters swap in linear attention, DeltaNet or a hybrid schedule while keeping
-    everything else of GPT-2.  The cache passed to :meth:`forward` must then be one
-    those mixers understand (see :mod:`gpt2k3.layers`).
+    Every model in the book is this class with other parts:
+
+    * ``mixer(config, i)`` builds block ``i``'s token mixer in place of causal self-attention
+      (linear attention, DeltaNet, Gated DeltaNet, KDA, MLA, or a hybrid schedule of them);
+    * ``mlp(config, i)`` builds its channel mixer in place of GPT-2's MLP (an MoE, a SiTU-GLU);
+    * ``norm(dim)`` builds every norm in place of LayerNorm (RMSNorm);
+    * ``residual``, a module called as ``residual(blocks, x, caches)``, replaces the plain sum
+      ``x + sublayer(x)`` (K3's Attention Residuals, :class:`gpt2k3.k3.AttnResidual`);
+    * ``config.position`` and ``config.tie_embeddings`` drop the position table and untie the
+      head.
+
+    Each token mixer creates its own cache (:meth:`new_cache` collects them into a
+    :class:`gpt2k3.cache.ModelCache`); :meth:`forward` hands block ``i`` its layer's cache.
     """
 
-    def __init__(self, config: GPTConfig, mixer=None):
+    def __init__(self, config: GPTConfig, mixer=None, mlp=None, norm=None, residual: nn.Module | None = None):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+        for name, part in (("mixer", mixer), ("mlp", mlp), ("norm", norm)):
+            if part is not None and not callable(part):
+                raise ValueError(f"{name} must be None or a callable building a module, got "
+                                 f"{type(part).__name__}")
+        if residual is not None and not isinstance(residual, nn.Module):
+            raise ValueError(f"residual must be None or an nn.Module, got {type(residual).__name__}")
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config, mixer(config, i) if mixer is not None else None)
-                             for i in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-        ))
+        new_norm = norm if norm is not None else (lambda d: nn.LayerNorm(d, bias=config.bias))
+        parts = dict(wte=nn.Embedding(config.vocab_size, config.n_embd))
+        if config.position == "learned":
+            parts["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+        parts["drop"] = nn.Dropout(config.dropout)
+        parts["h"] = nn.ModuleList([
+            Block(config, mixer(config, i) if mixer is not None else None,
+                  mlp(config, i) if mlp is not None else None, norm)
+            for i in range(config.n_layer)])
+        parts["ln_f"] = new_norm(config.n_embd)
+        self.transformer = nn.ModuleDict(parts)
+        self.residual = residual
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
         self.apply(self._init_weights)
         # GPT-2's scaled init of the residual projections: std 0.02 / sqrt(2 * n_layer)
         for name, p in self.named_parameters():
@@ -180,9 +228,22 @@ class GPT(nn.Module):
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Parameter count (tied weights counted once).  ``non_embedding`` drops the
-        position embedding, as nanoGPT's reported figure does."""
+        position embedding, as nanoGPT's reported figure does (nothing, without one)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+        if non_embedding and "wpe" in self.transformer:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def new_cache(self, batch: int = 1, max_len: int | None = None, *,
+                  dtype: torch.dtype | None = None, device=None) -> ModelCache:
+        """An empty cache for ``batch`` sequences of up to ``max_len`` tokens (default: the
+        block size): each block's token mixer creates its own."""
+        check_positive_int(batch, "batch")
+        max_len = self.config.block_size if max_len is None else check_positive_int(max_len, "max_len")
+        if max_len > self.config.block_size:
+            raise ValueError(f"max_len must be at most block_size={self.config.block_size}, got {max_len}")
+        return ModelCache(b.attn.new_cache(batch, max_len, dtype=dtype, device=device)
+                          for b in self.transformer.h)
 
     def check_tokens(self, idx, cache=None) -> tuple[int, int, int]:
         """Validate a batch of token ids for a forward pass (after ``cache.length`` cached
@@ -193,30 +254,40 @@ class GPT(nn.Module):
                              f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "
                              f"{tuple(getattr(idx, 'shape', ()))}")
         B, T = idx.shape
+        cache = check_cache(cache, self.config.n_layer)
         past = cache.length if cache is not None else 0
         if T == 0:
             raise ValueError("idx must hold at least one token (T >= 1)")
         if past + T > self.config.block_size:
             raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds "
                              f"block_size={self.config.block_size}")
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise ValueError(f"idx must hold token ids in [0, vocab_size={self.config.vocab_size}), "
+                             f"got values in [{lo}, {hi}]")
         if cache is not None:
             cache.check_room(T)
         return B, T, past
 
-    def forward(self, idx: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: ModelCache | None = None) -> torch.Tensor:
         """Logits ``(B, T, vocab_size)`` for token ids ``idx`` of shape ``(B, T)``.
 
-        With a ``cache``, ``idx`` holds only the new tokens: their positions start at
-        ``cache.length``, their keys and values are appended, and the cache pointer
-        moves by ``T``.
+        With a ``cache`` (from :meth:`new_cache`), ``idx`` holds only the new tokens: their
+        positions start at ``cache.length``, and each block's token mixer reads and extends its
+        own layer cache.
         """
         B, T, past = self.check_tokens(idx, cache)
-        pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for layer, block in enumerate(self.transformer.h):
-            x = block(x, cache=cache, layer=layer)
-        if cache is not None:
-            cache.advance(T)
+        x = self.transformer.wte(idx)
+        if "wpe" in self.transformer:
+            pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
+            x = x + self.transformer.wpe(pos)
+        x = self.transformer.drop(x)
+        caches = cache.layers if cache is not None else [None] * len(self.transformer.h)
+        if self.residual is None:
+            for block, layer_cache in zip(self.transformer.h, caches):
+                x = block(x, layer_cache)
+        else:
+            x = self.residual(self.transformer.h, x, caches)
         return self.lm_head(self.transformer.ln_f(x))
 
     # -- loading the public GPT-2 layout ------------------------------------------------
@@ -271,56 +342,45 @@ class GPT(nn.Module):
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
              temperature: float = 1.0, top_k: int | None = None,
-             generator: torch.Generator | None = None, cache_impl="preallocated") -> torch.Tensor:
+             generator: torch.Generator | None = None, cache: ModelCache | None = None) -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
 
     ``temperature=0`` is greedy decoding (argmax); otherwise the next token is
     sampled from ``softmax(logits / temperature)``, restricted to the ``top_k`` most
     likely tokens when ``top_k`` is given.
 
-    Without a cache, every step runs the whole sequence through the model and keeps
-    only the last position's logits.  With ``use_cache=True`` the prompt is run
-    once (prefill) and every later step runs one token against a :class:`KVCache`.
-    Both give the same tokens (greedy) up to float rounding of the logits.
-    ``cache_impl="concat"`` uses the seed article's concatenating cache instead of the
-    preallocated one (same tokens, more copying; chapter 2 measures the difference).
-    ``cache_impl="state"`` gives every block a fixed-size recurrent state
-    (:class:`gpt2k3.layers.StateCache`), for models built with linear-attention or
-    delta-rule mixers; a callable ``cache_impl(model, batch, max_len)`` may build any
-    other cache (a hybrid one, say). :class:`FastDecoder` computes the same tokens for a plain
-    GPT-2, rearranged for speed.
+    Without a cache (``use_cache=False``), every step runs the whole sequence through the
+    model and keeps only the last position's logits.  With one, the prompt is run once
+    (prefill) and every later step runs one token through the layers' caches.  Both give
+    the same tokens (greedy) up to float rounding of the logits.  The cache is
+    ``model.new_cache(B, T + max_new_tokens)`` -- whatever each layer keeps: a KV cache, a
+    fixed-size state, an MLA latent -- unless an empty ``cache`` is passed (the seed's
+    concatenating one, :func:`gpt2k3.kv_cache.concat_cache`, say).  :class:`FastDecoder`
+    computes the same tokens for a plain GPT-2, rearranged for speed.
     """
-    if not (callable(cache_impl) or cache_impl in ("preallocated", "concat", "state")):
-        raise ValueError(f"cache_impl must be 'preallocated', 'concat', 'state' or a callable, "
-                         f"got {cache_impl!r}")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    vocab = model.config.vocab_size
-    if top_k is not None and (not isinstance(top_k, int) or not 1 <= top_k <= vocab):
-        raise ValueError(f"top_k must be None or an int in [1, {vocab}], got {top_k!r}")
-    if idx.dim() != 2 or idx.shape[1] == 0:
-        raise ValueError(f"idx must have shape (B, T) with T >= 1, got {tuple(idx.shape)}")
-    total = idx.shape[1] + max_new_tokens
+    _check_sampling(temperature, top_k, model.config.vocab_size)
+    if not isinstance(use_cache, bool):
+        raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
+    B, T, _ = model.check_tokens(idx)
+    total = T + max_new_tokens
     if total > model.config.block_size:
-        raise ValueError(f"prompt length {idx.shape[1]} + max_new_tokens {max_new_tokens} exceeds "
+        raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds "
                          f"block_size={model.config.block_size}")
+    if cache is not None:
+        if not use_cache:
+            raise ValueError("cache was given with use_cache=False; pass one or the other")
+        check_cache(cache, model.config.n_layer)
+        if cache.length != 0:
+            raise ValueError(f"cache must be empty (length 0), got length {cache.length}")
     was_training = model.training
     model.eval()
-    cache = None
-    if use_cache and callable(cache_impl):
-        cache = cache_impl(model, idx.shape[0], total)
-    elif use_cache and cache_impl == "state":
-        from .layers import StateCache
-
-        cache = StateCache(model.config.n_layer)
-    elif use_cache and cache_impl == "concat":
-        cache = ConcatKVCache.for_model(model.config, batch=idx.shape[0])
-    elif use_cache:
+    if use_cache and cache is None:
         p = next(model.parameters())
-        cache = KVCache.for_model(model.config, batch=idx.shape[0], max_len=total,
-                                  dtype=p.dtype, device=p.device)
+        cache = model.new_cache(B, total, dtype=p.dtype, device=p.device)
     step_input = idx
     for _ in range(max_new_tokens):
         logits = model(step_input if use_cache else idx, cache=cache)[:, -1, :]
@@ -329,6 +389,19 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
         step_input = nxt
     model.train(was_training)
     return idx
+
+
+def _check_sampling(temperature, top_k, vocab: int) -> None:
+    """``temperature`` a finite number >= 0 (0: greedy; tiny positive values that overflow the
+    logits are refused); ``top_k`` None or an int in ``[1, vocab]``."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if 0 < temperature < 1e-30:
+        raise ValueError(f"temperature must be 0 (greedy) or at least 1e-30, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                              or not 1 <= top_k <= vocab):
+        raise ValueError(f"top_k must be None or an int in [1, {vocab}], got {top_k!r}")
 
 
 class FastDecoder:
@@ -370,9 +443,13 @@ class FastDecoder:
     def __init__(self, model: GPT, max_len: int | None = None, batch: int = 1):
         if not isinstance(model, GPT):
             raise ValueError(f"model must be a GPT, got {type(model).__name__}")
-        if not all(type(b.attn) is CausalSelfAttention for b in model.transformer.h):
-            raise ValueError("model must use GPT-2's causal self-attention in every block "
-                             "(FastDecoder packs its c_attn / c_proj weights)")
+        if not all(type(b.attn) is CausalSelfAttention and type(b.mlp) is MLP
+                   and type(b.ln_1) is nn.LayerNorm and type(b.ln_2) is nn.LayerNorm
+                   for b in model.transformer.h) or model.residual is not None \
+                or "wpe" not in model.transformer or not model.config.tie_embeddings:
+            raise ValueError("model must be a plain GPT-2: causal self-attention, the GELU MLP and "
+                             "LayerNorm in every block, learned positions, a tied head and the "
+                             "plain residual (FastDecoder packs exactly those weights)")
         cfg = model.config
         max_len = cfg.block_size if max_len is None else max_len
         check_positive_int(max_len, "max_len")
@@ -498,11 +575,7 @@ class FastDecoder:
         """
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-        vocab = self.config.vocab_size
-        if top_k is not None and (not isinstance(top_k, int) or not 1 <= top_k <= vocab):
-            raise ValueError(f"top_k must be None or an int in [1, {vocab}], got {top_k!r}")
+        _check_sampling(temperature, top_k, self.config.vocab_size)
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
                              f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "

@@ -18,8 +18,10 @@ the two differ, and the config field it follows:
    ``activation_situ_beta`` 4.0, ``activation_situ_linear_beta`` 25.0).
 5. :func:`depth_mix_reference`, :func:`depth_mix` and :class:`DepthMix` -- Attention Residuals
    (Kimi Team, "Attention Residuals", arXiv:2603.15031; ``attn_res_block_size``).
-6. :func:`tiny_k3` -- a tiny K3 built on :class:`gpt2k3.gpt2.GPT`'s mixer factory, decoded by
-   :func:`gpt2k3.gpt2.generate` through a :class:`K3Cache`, with :attr:`TinyK3.spec`, an
+6. :class:`AttnResidual` -- Attention Residuals as the decoder's residual part.
+7. :func:`k3_model` and :func:`tiny_k3` -- a K3 assembled from these parts on the book's one
+   decoder :class:`gpt2k3.gpt2.GPT` (the same class as GPT-2), decoded by
+   :func:`gpt2k3.gpt2.generate` through its layers' caches, with a ``spec`` attribute, an
    :class:`gpt2k3.accounting.ArchSpec` that :func:`gpt2k3.accounting.count_params` counts to the
    parameter.
 """
@@ -27,14 +29,13 @@ the two differ, and the config field it follows:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
 
 from .accounting import ArchSpec, kda_layers_from_full_attn
 from .gpt2 import GPT, GPTConfig
-from .layers import nbytes_of
 from .layers.delta import KDA
 from .mixers.mla import MLA, LatentCache, MLAConfig, RMSNorm
 from .moe import MoEConfig, Router
@@ -44,7 +45,7 @@ __all__ = [
     "bounded_log_decay", "BoundedKDA", "GatedNoPEMLA",
     "situ", "situ_reference", "SituGLU", "LatentMoEConfig", "LatentMoE",
     "depth_mix_reference", "depth_mix", "DepthMix",
-    "k3_schedule", "K3Cache", "TinyK3", "tiny_k3",
+    "k3_schedule", "AttnResidual", "k3_model", "tiny_k3",
 ]
 
 #: ``linear_attn_config.gate_lower_bound`` of Kimi K3's config.json.
@@ -141,10 +142,9 @@ class GatedNoPEMLA(MLA):
       multiplied by ``sigmoid(x W_g)``, ``W_g`` (``g_proj``) of ``d_model x n_heads v_head_dim``,
       before ``o_proj``.
 
-    As a token mixer of :class:`gpt2k3.gpt2.GPT` it takes ``forward(x, cache=None, layer=0)``:
-    without a cache, the training form; with a :class:`K3Cache`, the latents of ``x`` are
-    appended to that layer's :class:`~gpt2k3.mixers.mla.LatentCache` and ``x`` attends to all of
-    them (:meth:`decode_naive`, which equals the full forward).
+    As a token mixer of :class:`gpt2k3.gpt2.GPT` it is :class:`~gpt2k3.mixers.mla.MLA`'s
+    ``forward(x, cache=None)`` with its own :class:`~gpt2k3.mixers.mla.LatentCache`; the gate
+    enters every form (training, expanded decode, absorbed decode).
     """
 
     def __init__(self, cfg: MLAConfig) -> None:
@@ -182,15 +182,6 @@ class GatedNoPEMLA(MLA):
         o = torch.einsum("bhtr,hvr->bhtv", torch.einsum("bhts,bsr->bhtr", p, c_kv), w_uv)
         out = self._gated_merge(o, x)
         return out[:, 0] if squeeze else out
-
-    def forward(self, x: torch.Tensor, cache=None, layer: int = 0) -> torch.Tensor:
-        if cache is None:
-            return super().forward(x)
-        if not hasattr(cache, "latent"):
-            raise ValueError(f"cache must be a K3Cache (with per-layer latent caches), got "
-                             f"{type(cache).__name__}")
-        self._check_x(x)
-        return self.decode_naive(x, cache.latent(layer))
 
 
 # ============================================================================ 4. SiTU-GLU
@@ -451,158 +442,94 @@ def k3_schedule(n_layer: int, every: int = K3_FULL_ATTN_EVERY) -> tuple[str, ...
     return tuple("kda" if i in kda else "mla" for i in range(n_layer))
 
 
-class K3Cache:
-    """The decode cache of a :class:`TinyK3`: a :class:`~gpt2k3.mixers.mla.LatentCache` per MLA
-    layer (grows with every token) and a :class:`~gpt2k3.layers.delta.DeltaState` per KDA
-    layer (fixed size). Attention Residuals and the MoE act on each token alone and need no
-    cache. Offers what the layers ask (``latent(layer)``, ``get`` / ``set``) and what
-    :class:`gpt2k3.gpt2.GPT`'s forward asks (``length``, ``check_room``, ``advance``)."""
+class AttnResidual(nn.Module):
+    """Attention Residuals as the residual part of :class:`gpt2k3.gpt2.GPT` (``residual=``).
 
-    def __init__(self, model: "TinyK3", batch: int = 1, max_len: int | None = None):
-        if not isinstance(model, TinyK3):
-            raise ValueError(f"model must be a TinyK3, got {type(model).__name__}")
-        _int(batch, "batch")
-        max_len = model.config.block_size if max_len is None else _int(max_len, "max_len")
-        self.schedule, self.max_len = model.schedule, max_len
-        self.latents = {i: b.attn.new_cache(batch, max_len)
-                        for i, b in enumerate(model.transformer.h) if self.schedule[i] == "mla"}
-        self.states = {i: None for i, kind in enumerate(self.schedule) if kind == "kda"}
-        self.length = 0
-
-    @classmethod
-    def for_model(cls, model: "TinyK3", batch: int = 1, max_len: int | None = None) -> "K3Cache":
-        """The ``cache_impl`` of :func:`gpt2k3.gpt2.generate`."""
-        return cls(model, batch, max_len)
-
-    def latent(self, layer: int) -> LatentCache:
-        if layer not in self.latents:
-            raise ValueError(f"layer {layer} is not an MLA layer; MLA layers are "
-                             f"{sorted(self.latents)}")
-        return self.latents[layer]
-
-    def get(self, layer: int):
-        if layer not in self.states:
-            raise ValueError(f"layer {layer} is not a KDA layer; KDA layers are "
-                             f"{sorted(self.states)}")
-        return self.states[layer]
-
-    def set(self, layer: int, state) -> None:
-        self.get(layer)
-        self.states[layer] = state
-
-    def check_room(self, t: int) -> None:
-        if self.length + t > self.max_len:
-            raise ValueError(f"cache overflow: {t} new tokens at length {self.length} exceed "
-                             f"max_len={self.max_len}")
-
-    def advance(self, t: int) -> None:
-        self.length += t
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held: the latent buffers (allocated for ``max_len``) and the KDA states."""
-        return sum(c.nbytes for c in self.latents.values()) + nbytes_of(list(self.states.values()))
-
-
-class TinyK3(GPT):
-    """A tiny Kimi K3 on GPT-2's core; build it with :func:`tiny_k3`.
-
-    :class:`gpt2k3.gpt2.GPT`'s constructor builds the stack, its token embedding and its
-    initialisation; the token mixer of each block comes through ``GPT``'s mixer factory
-    (:class:`BoundedKDA` or :class:`GatedNoPEMLA` by :func:`k3_schedule`). The parts ``GPT``
-    does not yet take as arguments are then swapped on the built blocks, each a K3 choice:
-
-    * RMSNorm for every LayerNorm (``ln_1``, ``ln_2``, ``ln_f``);
-    * the channel mixer ``mlp``: a dense :class:`SituGLU` for the first ``first_k_dense`` layers
-      (``first_k_dense_replace``), a :class:`LatentMoE` after;
-    * no position table (NoPE everywhere) and an untied head (``tie_word_embeddings: false``);
-    * with ``attn_res_block_size > 0``, Attention Residuals: each block gets ``attn_res`` and
-      ``mlp_res`` (:class:`DepthMix`), the model a final ``transformer.final_res``, and
-      :meth:`forward` mixes over depth instead of summing (see there). With 0, each block runs
-      ``GPT``'s own pre-norm residual ``Block.forward``.
-
-    :func:`gpt2k3.gpt2.generate` decodes it with ``cache_impl=K3Cache.for_model``.
+    The stream is not one running sum. Sources: a bank of snapshots and the current block's
+    running sum ``partial``. At layer ``i`` with ``i % block_size == 0`` a block closes: the
+    embedding (``i = 0``) or the finished block's sum joins the bank and ``partial`` restarts
+    empty. Each sub-layer reads ``DepthMix(bank + [partial])`` (then its own pre-norm) and adds
+    its output to ``partial``; the head reads ``final(bank + [partial])``. (SGLang
+    ``KimiK3DecoderLayer`` and ``AttnResidual``: ``is_block_write_layer = layer_idx %
+    attn_res_block_size == 0``.) Each layer has two :class:`DepthMix` -- ``attn_mix[i]`` and
+    ``mlp_mix[i]`` -- and the stack one more, ``final``. It acts on each token alone, so it
+    needs no cache.
     """
 
-    def __init__(self, config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
-                 situ_linear_beta: float | None = SITU_LINEAR_BETA, norm_eps: float = 1e-6):
-        if not isinstance(spec, ArchSpec):
-            raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-        schedule = tuple("kda" if k == "kda" else "mla" for k in spec.layer_mixers)
-        mla_cfg = MLAConfig(d_model=spec.d_model, n_heads=spec.n_head,
-                            q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank,
-                            qk_nope_head_dim=spec.qk_nope_head_dim,
-                            qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
-                            max_len=config.block_size, norm_eps=norm_eps)
+    def __init__(self, n_layer: int, d_model: int, block_size: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.block_size = _int(block_size, "block_size")
+        _int(n_layer, "n_layer")
+        self.attn_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
+        self.mlp_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
+        self.final = DepthMix(d_model, eps)
 
-        def mixer(cfg: GPTConfig, i: int) -> nn.Module:
-            if schedule[i] == "mla":
-                return GatedNoPEMLA(mla_cfg)
-            return BoundedKDA(cfg, n_head=spec.kda_n_head, head_dim=spec.kda_head_dim,
-                              conv_size=spec.kda_conv_kernel, lower_bound=spec.kda_gate_lower_bound)
+    def forward(self, blocks, x: torch.Tensor, caches) -> torch.Tensor:
+        if len(blocks) != len(self.attn_mix):
+            raise ValueError(f"blocks must hold {len(self.attn_mix)} blocks, got {len(blocks)}")
+        bank, partial = [], None
+        for i, (block, cache) in enumerate(zip(blocks, caches)):
+            if i % self.block_size == 0:                   # a block closes: snapshot it
+                bank.append(x if i == 0 else partial)
+                partial = None
+            sources = bank if partial is None else bank + [partial]
+            a = block.mix_tokens(self.attn_mix[i](sources), cache)
+            partial = a if partial is None else partial + a
+            partial = partial + block.mix_channels(self.mlp_mix[i](bank + [partial]))
+        return self.final(bank + [partial])
 
-        super().__init__(config, mixer=mixer)
-        self.spec, self.schedule = spec, schedule
-        d = config.n_embd
-        act = dict(beta=situ_beta, linear_beta=situ_linear_beta)
-        moe_cfg = LatentMoEConfig(
-            d_model=d, latent_dim=spec.moe_latent_dim, n_routed_experts=spec.n_routed_experts,
-            n_shared_experts=spec.n_shared_experts, top_k=spec.top_k, d_expert=spec.d_expert,
-            latent_norm=spec.moe_latent_norm, situ_beta=situ_beta,
-            situ_linear_beta=situ_linear_beta)
-        swapped = nn.ModuleList()
-        for i, block in enumerate(self.transformer.h):
-            block.ln_1, block.ln_2 = RMSNorm(d, norm_eps), RMSNorm(d, norm_eps)
-            block.mlp = (SituGLU(d, spec.ffn_dim, **act) if i < spec.first_k_dense
-                         else LatentMoE(moe_cfg))
-            if spec.attn_res_block_size:
-                block.attn_res, block.mlp_res = DepthMix(d, norm_eps), DepthMix(d, norm_eps)
-            swapped.append(block.mlp)
-        del self.transformer["wpe"]                          # NoPE: no position table
-        self.transformer.ln_f = RMSNorm(d, norm_eps)
-        if spec.attn_res_block_size:
-            self.transformer.final_res = DepthMix(d, norm_eps)
-        # untied: wte keeps the tied Parameter GPT made; the head gets a matrix of its own
-        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
-        for module in (*swapped, self.lm_head):
-            module.apply(self._init_weights)
 
-    def num_params(self, non_embedding: bool = False) -> int:
-        """Parameter count; ``non_embedding`` drops the token table (there is no position one)."""
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wte.weight.numel() if non_embedding else n
+def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
+             situ_linear_beta: float | None = SITU_LINEAR_BETA, norm_eps: float = 1e-6) -> GPT:
+    """The book's one decoder (:class:`gpt2k3.gpt2.GPT`) with Kimi K3's parts, as ``spec`` says:
 
-    def forward(self, idx: torch.Tensor, cache: K3Cache | None = None) -> torch.Tensor:
-        """Logits ``(B, T, vocab)``; with a :class:`K3Cache`, ``idx`` holds only new tokens.
+    * token mixers by ``spec.layer_mixers``: :class:`BoundedKDA` or :class:`GatedNoPEMLA`;
+    * channel mixers: a dense :class:`SituGLU` for the first ``first_k_dense`` layers
+      (``first_k_dense_replace``), a :class:`LatentMoE` after;
+    * RMSNorm everywhere; no position table (NoPE everywhere); an untied head
+      (``tie_word_embeddings: false``);
+    * with ``attn_res_block_size > 0``, :class:`AttnResidual` as the residual part.
 
-        With Attention Residuals (block size ``S``) the stream is not one running sum. Sources:
-        a bank of snapshots and the current block's running sum ``partial``. At layer ``i``
-        with ``i % S == 0`` a block closes: the embedding (``i = 0``) or the finished block's
-        sum joins the bank and ``partial`` restarts empty. Each sub-layer reads
-        ``ln(DepthMix(bank + [partial]))`` and adds its output to ``partial``; the head reads
-        ``ln_f(final_res(bank + [partial]))``. (SGLang ``KimiK3DecoderLayer`` and
-        ``AttnResidual``: ``is_block_write_layer = layer_idx % attn_res_block_size == 0``.)
-        """
-        B, T, past = self.check_tokens(idx, cache)
-        x = self.transformer.drop(self.transformer.wte(idx))
-        S = self.spec.attn_res_block_size
-        if not S:
-            for layer, block in enumerate(self.transformer.h):
-                x = block(x, cache=cache, layer=layer)       # GPT's pre-norm residual block
-        else:
-            bank, partial = [], None
-            for layer, block in enumerate(self.transformer.h):
-                if layer % S == 0:                           # a block closes: snapshot it
-                    bank.append(x if layer == 0 else partial)
-                    partial = None
-                sources = bank if partial is None else bank + [partial]
-                a = block.attn(block.ln_1(block.attn_res(sources)), cache=cache, layer=layer)
-                partial = a if partial is None else partial + a
-                partial = partial + block.mlp(block.ln_2(block.mlp_res(bank + [partial])))
-            x = self.transformer.final_res(bank + [partial])
-        if cache is not None:
-            cache.advance(T)
-        return self.lm_head(self.transformer.ln_f(x))
+    The model gets ``spec`` and ``schedule`` attributes. :func:`gpt2k3.gpt2.generate` decodes it
+    through its layers' caches (latents for MLA, fixed states for KDA) like any other model.
+    """
+    if not isinstance(config, GPTConfig):
+        raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+    if not isinstance(spec, ArchSpec):
+        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    if spec.n_layer != config.n_layer or spec.d_model != config.n_embd:
+        raise ValueError(f"spec ({spec.n_layer} layers, d_model {spec.d_model}) must match config "
+                         f"({config.n_layer} layers, n_embd {config.n_embd})")
+    schedule = tuple("kda" if k == "kda" else "mla" for k in spec.layer_mixers)
+    config = replace(config, position="none", tie_embeddings=False)
+    mla_cfg = MLAConfig(d_model=spec.d_model, n_heads=spec.n_head,
+                        q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank,
+                        qk_nope_head_dim=spec.qk_nope_head_dim,
+                        qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
+                        max_len=config.block_size, norm_eps=norm_eps)
+    d = config.n_embd
+    act = dict(beta=situ_beta, linear_beta=situ_linear_beta)
+    moe_cfg = LatentMoEConfig(
+        d_model=d, latent_dim=spec.moe_latent_dim, n_routed_experts=spec.n_routed_experts,
+        n_shared_experts=spec.n_shared_experts, top_k=spec.top_k, d_expert=spec.d_expert,
+        latent_norm=spec.moe_latent_norm, situ_beta=situ_beta,
+        situ_linear_beta=situ_linear_beta)
+
+    def mixer(cfg: GPTConfig, i: int) -> nn.Module:
+        if schedule[i] == "mla":
+            return GatedNoPEMLA(mla_cfg)
+        return BoundedKDA(cfg, n_head=spec.kda_n_head, head_dim=spec.kda_head_dim,
+                          conv_size=spec.kda_conv_kernel, lower_bound=spec.kda_gate_lower_bound)
+
+    def mlp(cfg: GPTConfig, i: int) -> nn.Module:
+        return SituGLU(d, spec.ffn_dim, **act) if i < spec.first_k_dense else LatentMoE(moe_cfg)
+
+    residual = (AttnResidual(config.n_layer, d, spec.attn_res_block_size, norm_eps)
+                if spec.attn_res_block_size else None)
+    model = GPT(config, mixer=mixer, mlp=mlp, norm=lambda dim: RMSNorm(dim, norm_eps),
+                residual=residual)
+    model.spec, model.schedule = spec, schedule
+    return model
 
 
 def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: int | None = None,
@@ -613,7 +540,7 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
             moe_latent_dim: int | None = None, moe_latent_norm: bool = True,
             first_k_dense: int = 1, d_ff: int | None = None, attn_res_block_size: int = 2,
             full_attn_every: int = K3_FULL_ATTN_EVERY, situ_beta: float = SITU_BETA,
-            situ_linear_beta: float | None = SITU_LINEAR_BETA) -> TinyK3:
+            situ_linear_beta: float | None = SITU_LINEAR_BETA) -> GPT:
     """A tiny Kimi K3 of ``config``'s width, depth, heads, vocabulary and context.
 
     K3's rules at a small size: MLA at every 4th layer (1-based) and the last, bounded-gate KDA
@@ -654,4 +581,228 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
         kda_gate_lower_bound=float(gate_lower_bound), moe_latent_dim=latent,
         moe_latent_norm=moe_latent_norm, attn_res_block_size=attn_res_block_size,
         source="gpt2k3.k3.tiny_k3: Kimi K3's rules at a tiny size")
-    return TinyK3(config, spec, situ_beta=situ_beta, situ_linear_beta=situ_linear_beta)
+    return k3_model(config, spec, situ_beta=situ_beta, situ_linear_beta=situ_linear_beta)
+
+
+# ================================================================ 8. what K3 adds, in numbers
+# Plain-float companions of the modules above, for chapter "What Kimi K3 adds": how many
+# sources each Attention-Residual read mixes, where the bounded decay lets a chunkwise kernel
+# stay in float32, what latent experts cost, and the two factors of SiTU-GLU.
+
+@dataclass(frozen=True)
+class AttnResReads:
+    """How many sources each Attention-Residual read of an ``n_layer``-layer stack mixes, for
+    blocks of ``block_size`` layers (:class:`AttnResidual`'s rule, SGLang's
+    ``is_block_write_layer = layer_idx % attn_res_block_size == 0``).
+
+    ``attn[i]`` and ``mlp[i]``: sources read before layer ``i``'s token mixer and its channel
+    mixer (0-based ``i``); ``final``: sources the head's read mixes. ``n_blocks`` blocks close
+    (the embedding counts as the first snapshot), the last holding ``last_block`` layers.
+    """
+
+    n_layer: int
+    block_size: int
+    attn: tuple[int, ...]
+    mlp: tuple[int, ...]
+    final: int
+
+    @property
+    def n_blocks(self) -> int:
+        """Snapshots in the bank at the end: the embedding and every closed block but the last
+        (``ceil(n_layer / block_size)``)."""
+        return -(-self.n_layer // self.block_size)
+
+    @property
+    def last_block(self) -> int:
+        """Layers in the last block (``block_size`` unless ``n_layer`` is not a multiple)."""
+        return self.n_layer - (self.n_blocks - 1) * self.block_size
+
+    @property
+    def reads(self) -> tuple[int, ...]:
+        """Every read in order: layer 0's two, layer 1's two, ..., then the head's."""
+        return tuple(n for pair in zip(self.attn, self.mlp) for n in pair) + (self.final,)
+
+    @property
+    def sources_read(self) -> int:
+        """Sources mixed per token, summed over all ``2 n_layer + 1`` reads."""
+        return sum(self.reads)
+
+    @property
+    def max_sources(self) -> int:
+        """The widest read: the vectors of ``d_model`` numbers a token must keep at once
+        (the bank of snapshots plus the running block sum)."""
+        return max(self.reads)
+
+    @property
+    def mean_sources(self) -> float:
+        return self.sources_read / len(self.reads)
+
+
+def attn_res_reads(n_layer: int, block_size: int) -> AttnResReads:
+    """The sources of every Attention-Residual read (see :class:`AttnResReads`).
+
+    Before layer ``i``'s token mixer: the ``i // S + 1`` snapshots and, unless a block has just
+    closed (``i % S == 0``), the running sum of the current block -- ``ceil(i / S) + 1``;
+    before its channel mixer ``i // S + 2``; the head ``ceil(n_layer / S) + 1``. Block size 1
+    keeps every layer's output apart (the "full" form, ``n_layer + 1`` sources at the end);
+    ``block_size >= n_layer`` leaves the embedding and one running sum.
+    """
+    _int(n_layer, "n_layer")
+    _int(block_size, "block_size")
+    attn = tuple(-(-i // block_size) + 1 for i in range(n_layer))
+    mlp = tuple(i // block_size + 2 for i in range(n_layer))
+    return AttnResReads(n_layer, block_size, attn, mlp, -(-n_layer // block_size) + 1)
+
+
+#: fla-core 0.6.0's ``RCP_LN2`` (``fla/ops/utils/constant.py``): 1 / ln 2 as its kernels use it.
+FLA_RCP_LN2 = 1.4426950216
+#: The float32 exponent (base 2) fla's bounded-gate kernels allow themselves: 128 minus 4 of
+#: headroom (``gate_bound_is_safe``, ``fla/ops/generalized_delta_rule/dplr/chunk.py``).
+FLA_SAFE_EXPONENT = 124
+
+
+def bounded_gate_chunk_is_safe(lower_bound: float, chunk_size: int) -> bool:
+    """Whether log-decays bounded below by ``lower_bound`` keep a chunk of ``chunk_size`` tokens
+    inside float32 when its decay factors are split around the chunk's middle row.
+
+    fla-core 0.6.0's rule (``gate_bound_is_safe``): the largest exponent, base 2, is
+    ``(chunk_size // 2 + 1) * |lower_bound| / ln 2``, and it must not exceed 124. Within such a
+    chunk ``exp(+cumulative decay)`` cannot overflow, so the intra-chunk products run as plain
+    matrix products (tensor cores; fla's ``safe_gate``) instead of being split again and
+    again. An unbounded gate (Kimi Linear's) has no such chunk.
+    """
+    bound = _negative_number(lower_bound, "lower_bound")
+    size = _int(chunk_size, "chunk_size")
+    return abs(bound) * (size // 2 + 1) * FLA_RCP_LN2 <= FLA_SAFE_EXPONENT
+
+
+def largest_safe_chunk(lower_bound: float) -> int:
+    """The largest power-of-two chunk size :func:`bounded_gate_chunk_is_safe` accepts for
+    ``lower_bound`` (32 for K3's -5), or 0 if not even one token is safe."""
+    _negative_number(lower_bound, "lower_bound")
+    if not bounded_gate_chunk_is_safe(lower_bound, 1):
+        return 0
+    size = 1
+    while bounded_gate_chunk_is_safe(lower_bound, 2 * size):
+        size *= 2
+    return size
+
+
+@dataclass(frozen=True)
+class LatentMoECost:
+    """What a spec's MoE costs with its routed experts at width ``latent_dim`` (0: the full
+    width ``d_model``, no projections). Whole model: ``total`` and ``active`` parameters,
+    ``matmul_active`` (what a token is multiplied through), ``flops_per_token`` (decode at
+    context 0, :func:`gpt2k3.accounting.flops_per_token`). One MoE layer: ``layer_total`` and
+    ``layer_active`` (router, latent projections and norm, shared and routed experts)."""
+
+    latent_dim: int
+    total: int
+    active: int
+    matmul_active: int
+    flops_per_token: int
+    layer_total: int
+    layer_active: int
+
+
+_MOE_PARTS = ("router", "latent projections", "shared experts", "routed experts")
+
+
+def latent_moe_cost(spec: ArchSpec, latent_dim: int) -> LatentMoECost:
+    """:class:`LatentMoECost` of ``spec`` with ``moe_latent_dim = latent_dim`` (everything else
+    as in ``spec``; the latent RMSNorm kept if ``spec`` has one and ``latent_dim > 0``)."""
+    from .accounting import count_params, flops_per_token
+
+    if not isinstance(spec, ArchSpec):
+        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    if not spec.is_moe:
+        raise ValueError(f"spec must have routed experts, {spec.name} has none")
+    _int(latent_dim, "latent_dim", 0)
+    if latent_dim > spec.d_model:
+        raise ValueError(f"latent_dim ({latent_dim}) must be <= d_model ({spec.d_model})")
+    s = spec.with_(moe_latent_dim=latent_dim,
+                   moe_latent_norm=bool(spec.moe_latent_norm and latent_dim))
+    c = count_params(s)
+    layers = s.n_moe_layers
+    return LatentMoECost(latent_dim=latent_dim, total=c.total, active=c.active,
+                         matmul_active=c.matmul_active, flops_per_token=flops_per_token(s, 0),
+                         layer_total=sum(c.parts[p] for p in _MOE_PARTS) // layers,
+                         layer_active=sum(c.active_parts[p] for p in _MOE_PARTS) // layers)
+
+
+def latent_moe_break_even(spec: ArchSpec) -> float:
+    """The latent width ``w*`` below which latent experts cost a token fewer multiplications
+    than full-width ones: per MoE layer ``2 d w + 3 k w f`` (down and up projections, ``k``
+    experts of width ``f`` at ``w``) against ``3 k d f``, so ``w* = 3 k f d / (3 k f + 2 d)``."""
+    if not isinstance(spec, ArchSpec):
+        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    if not spec.is_moe:
+        raise ValueError(f"spec must have routed experts, {spec.name} has none")
+    kf = 3 * spec.top_k * spec.d_expert
+    return kf * spec.d_model / (kf + 2 * spec.d_model)
+
+
+def situ_factors(gate: float, up: float, beta: float = SITU_BETA,
+                 linear_beta: float | None = SITU_LINEAR_BETA) -> tuple[float, float]:
+    """SiTU-GLU's two factors for plain floats: ``(beta tanh(gate/beta) sigmoid(gate),
+    linear_beta tanh(up/linear_beta))`` (``up`` itself when ``linear_beta`` is None); their
+    product is :func:`situ_reference`. SwiGLU's factors are ``(silu(gate), up)``."""
+    beta = _positive_number(beta, "beta")
+    if linear_beta is not None:
+        linear_beta = _positive_number(linear_beta, "linear_beta")
+    for name, value in (("gate", gate), ("up", up)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    sigmoid = 1 / (1 + math.exp(-gate)) if gate >= 0 else math.exp(gate) / (1 + math.exp(gate))
+    u = up if linear_beta is None else linear_beta * math.tanh(up / linear_beta)
+    return beta * math.tanh(gate / beta) * sigmoid, u
+
+
+def swiglu_reference(gate: float, up: float) -> float:
+    """SwiGLU of one pair of plain floats: ``silu(gate) * up = gate sigmoid(gate) up``."""
+    for name, value in (("gate", gate), ("up", up)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    sigmoid = 1 / (1 + math.exp(-gate)) if gate >= 0 else math.exp(gate) / (1 + math.exp(gate))
+    return gate * sigmoid * up
+
+
+def situ_bound(beta: float = SITU_BETA, linear_beta: float = SITU_LINEAR_BETA) -> float:
+    """The least upper bound of ``|situ(gate, up)|``: ``beta * linear_beta`` (approached, never
+    reached, as both pre-activations grow; 100 for K3). SwiGLU has none."""
+    return _positive_number(beta, "beta") * _positive_number(linear_beta, "linear_beta")
+
+
+__all__ += ["AttnResReads", "attn_res_reads", "FLA_RCP_LN2", "FLA_SAFE_EXPONENT",
+            "bounded_gate_chunk_is_safe", "largest_safe_chunk", "LatentMoECost",
+            "latent_moe_cost", "latent_moe_break_even", "situ_factors", "swiglu_reference",
+            "situ_bound"]
+
+
+#: Kimi K3's new :class:`~gpt2k3.accounting.ArchSpec` fields (and the two K3 keeps from Kimi
+#: Linear, ``mlp`` and ``position``), each with a reader's label, in the chapter's order.
+K3_FEATURE_LABELS = {
+    "mla_output_gate": "MLA output gate",
+    "kda_full_rank_gate": "full-rank KDA output gate",
+    "kda_gate_lower_bound": "KDA decay bounded below at",
+    "moe_latent_dim": "latent expert width",
+    "moe_latent_norm": "RMSNorm on the latent",
+    "attn_res_block_size": "Attention Residuals, block size",
+    "mlp": "gated MLP activation",
+    "position": "positional encoding in attention",
+}
+
+
+def k3_feature_rows(*specs: ArchSpec) -> list[list]:
+    """One row per entry of :data:`K3_FEATURE_LABELS`: the label, then each spec's value
+    (``"—"`` where the field is absent: ``None``, ``False`` or 0, as in every model before K3)."""
+    if not specs or any(not isinstance(s, ArchSpec) for s in specs):
+        raise ValueError("specs must be one or more ArchSpec values")
+    return [[label] + ["—" if getattr(s, name) in (None, False, 0) else getattr(s, name)
+                       for s in specs]
+            for name, label in K3_FEATURE_LABELS.items()]
+
+
+__all__ += ["K3_FEATURE_LABELS", "k3_feature_rows"]

@@ -36,12 +36,11 @@ pairs (oldest or newest) are lost.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 
 import torch
 
-from ._validate import check_tensor
+from ._validate import check_finite, check_int, check_number, check_tensor
 from .mixers import delta as _delta
 
 __all__ = [
@@ -67,16 +66,9 @@ _RULES = RULES
 _KEY_KINDS = ("random", "orthogonal")
 
 
-def _check_size(x, name: str, minimum: int) -> int:
-    """Require an integer (Python, NumPy or 0-d tensor; not bool) ``>= minimum``."""
-    if isinstance(x, bool) or not hasattr(x, "__index__") or operator.index(x) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {x!r}")
-    return operator.index(x)
-
-
 def random_unit_keys(n: int, d: int, generator: torch.Generator | None = None, dtype=torch.float32):
     """``n`` keys of dimension ``d``, independent and uniform on the unit sphere: shape ``(n, d)``."""
-    n, d = _check_size(n, "n", 0), _check_size(d, "d", 1)
+    n, d = check_int(n, "n", 0), check_int(d, "d", 1)
     x = torch.randn(n, d, generator=generator, dtype=dtype)
     return x / x.norm(dim=-1, keepdim=True)
 
@@ -86,7 +78,7 @@ def orthogonal_keys(n: int, d: int, generator: torch.Generator | None = None, dt
 
     The rows of the Q factor of a Gaussian matrix (computed in float64, then cast).
     """
-    n, d = _check_size(n, "n", 0), _check_size(d, "d", 1)
+    n, d = check_int(n, "n", 0), check_int(d, "d", 1)
     if n > d:
         raise ValueError(
             f"orthogonal_keys needs n <= d (there are at most d orthogonal directions); got n={n}, d={d}"
@@ -144,8 +136,9 @@ def _write_delta_batched(keys: torch.Tensor, values: torch.Tensor, beta: torch.T
 def write_delta(keys: torch.Tensor, values: torch.Tensor, beta=1.0) -> torch.Tensor:
     """DeltaNet write of the pairs in order, starting from an empty state: shape ``(D, Dv)``.
 
-    ``beta`` is the write strength in ``[0, 2]``, a float or a tensor of shape ``(N,)``. Uses
-    the DeltaNet mixer of :mod:`gpt2k3.mixers.delta` on a single head.
+    ``beta`` is the write strength, a float or a tensor of shape ``(N,)``, with
+    ``beta_i |k_i|^2`` in ``[0, 2]`` (``beta`` in ``[0, 2]`` for unit keys; ``ValueError``
+    otherwise). Uses the DeltaNet mixer of :mod:`gpt2k3.mixers.delta` on a single head.
     """
     _check_pairs(keys, values)
     beta = _beta_vector(beta, keys.shape[0], keys.dtype)
@@ -222,13 +215,12 @@ def read_erase_write(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: fl
             f"k must have shape (D,) = ({S.shape[0]},) and v shape (Dv,) = ({S.shape[1]},) to match "
             f"S (D, Dv); got k {tuple(k.shape)} and v {tuple(v.shape)}"
         )
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= 2:
-        raise ValueError(f"beta must be a float in [0, 2], got {beta!r}")
+    beta = check_number(beta, "beta", 0.0, 2.0, what="a float in [0, 2]")
     v_old = k @ S
     erased = S - beta * torch.outer(k, v_old)
     after = erased + beta * torch.outer(k, v)
     return DeltaStep(before=S, v_old=v_old, erased=erased, read_erased=k @ erased, after=after,
-                     read_after=k @ after, k=k, v=v, beta=float(beta))
+                     read_after=k @ after, k=k, v=v, beta=beta)
 
 
 # --------------------------------------------------------------------------- recall
@@ -255,11 +247,20 @@ def pair_errors(keys: torch.Tensor, values: torch.Tensor, rule: str = "additive"
     """Write all pairs with ``rule``, read every key back: ``|k_i S - v_i| / |v_i|``, shape ``(N,)``.
 
     0 is perfect recall of pair ``i``; 1 is as bad as reading nothing. ``beta`` is used by the
-    delta rule only; ``rule`` is one of :data:`RULES`.
+    delta rule only; ``rule`` is one of :data:`RULES`. A value row of all zeros has no relative
+    error and raises ``ValueError`` (it used to come back as ``inf``).
     """
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     _check_pairs(keys, values)
+    check_finite(keys, "keys")
+    check_finite(values, "values")
+    zero = (values == 0).all(-1)
+    if bool(zero.any()):
+        raise ValueError(
+            "values must have no all-zero row (each error is relative to |v_i|, undefined for "
+            f"v_i = 0); row {zero.nonzero()[0].item()} is zero"
+        )
     return _pair_errors(keys[None], values[None], rule, beta)[0]
 
 
@@ -277,7 +278,7 @@ def expected_additive_error(n: int, d: int) -> float:
     ``n`` random unit keys in ``d`` dimensions (see the module docstring). The mean error that
     :func:`error_curve` reports is slightly below it (the mean of a square root is at most the
     square root of the mean)."""
-    n, d = _check_size(n, "n", 1), _check_size(d, "d", 1)
+    n, d = check_int(n, "n", 1), check_int(d, "d", 1)
     return math.sqrt((n - 1) / d)
 
 
@@ -294,12 +295,12 @@ def _draw(n, d, trials, key_kind, gen, dtype):
 
 
 def _check_curve_args(d, rule, key_kind, trials, ns):
-    d, trials = _check_size(d, "d", 1), _check_size(trials, "trials", 1)
+    d, trials = check_int(d, "d", 1), check_int(trials, "trials", 1)
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if key_kind not in _KEY_KINDS:
         raise ValueError(f"key_kind must be one of {_KEY_KINDS}, got {key_kind!r}")
-    ns = [_check_size(n, "each n in ns", 1) for n in ns]
+    ns = [check_int(n, "each n in ns", 1) for n in ns]
     if key_kind == "orthogonal" and max(ns, default=0) > d:
         raise ValueError(f"orthogonal keys need every n <= d = {d}; got max(ns) = {max(ns)}")
     return d, trials, ns

@@ -108,10 +108,13 @@ class MoEConfig:
         ``n_shared_experts`` 1, ``num_experts_per_tok`` 8, ``moe_intermediate_size`` 2048,
         ``scoring_func`` sigmoid, ``norm_topk_prob`` true, ``routed_scaling_factor`` 2.5,
         ``n_group`` 8, ``topk_group`` 4 (transformers' ``DeepseekV3Config`` defaults agree).
+        The sizes come from :data:`gpt2k3.archs.DEEPSEEK_V3` (:meth:`from_spec`), the one place
+        they are written; the routing rule is not part of a spec and is given here.
         """
-        return cls(d_model=7168, n_routed_experts=256, n_shared_experts=1, top_k=8, d_expert=2048,
-                   score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5,
-                   n_group=8, topk_group=4)
+        from .archs import DEEPSEEK_V3
+
+        return cls.from_spec(DEEPSEEK_V3, score_func="sigmoid", norm_topk_prob=True,
+                             routed_scaling_factor=2.5, n_group=8, topk_group=4)
 
     @classmethod
     def kimi_k2(cls) -> "MoEConfig":
@@ -120,11 +123,35 @@ class MoEConfig:
         From the config.json of moonshotai/Kimi-K2-Instruct: ``n_routed_experts`` 384,
         ``n_shared_experts`` 1, ``num_experts_per_tok`` 8, ``moe_intermediate_size`` 2048,
         ``scoring_func`` sigmoid, ``norm_topk_prob`` true, ``routed_scaling_factor`` 2.827,
-        ``n_group`` 1, ``topk_group`` 1.
+        ``n_group`` 1, ``topk_group`` 1.  The sizes come from :data:`gpt2k3.archs.KIMI_K2`
+        (:meth:`from_spec`); the routing rule is given here.
         """
-        return cls(d_model=7168, n_routed_experts=384, n_shared_experts=1, top_k=8, d_expert=2048,
-                   score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.827,
-                   n_group=1, topk_group=1)
+        from .archs import KIMI_K2
+
+        return cls.from_spec(KIMI_K2, score_func="sigmoid", norm_topk_prob=True,
+                             routed_scaling_factor=2.827, n_group=1, topk_group=1)
+
+    @classmethod
+    def from_spec(cls, spec, **overrides) -> "MoEConfig":
+        """One MoE layer of an :class:`gpt2k3.accounting.ArchSpec` with routed experts.
+
+        ``d_model``, ``n_routed_experts``, ``n_shared_experts``, ``top_k`` and ``d_expert`` come
+        from the spec; the routing rule (``score_func``, ``norm_topk_prob``,
+        ``routed_scaling_factor``, ``n_group``, ``topk_group``) keeps its defaults unless given
+        in ``overrides``.  A latent MoE (``moe_latent_dim > 0``, Kimi K3) is not a plain
+        :class:`MoEConfig` and raises ``ValueError``.
+        """
+        from .accounting import ArchSpec
+
+        if not isinstance(spec, ArchSpec) or not spec.is_moe:
+            raise ValueError(f"spec must be an ArchSpec with n_routed_experts > 0, got {spec!r}")
+        if spec.moe_latent_dim:
+            raise ValueError(f"spec {spec.name!r} has a latent MoE (moe_latent_dim="
+                             f"{spec.moe_latent_dim}); a plain MoEConfig cannot express it")
+        sizes = dict(d_model=spec.d_model, n_routed_experts=spec.n_routed_experts,
+                     n_shared_experts=spec.n_shared_experts, top_k=spec.top_k,
+                     d_expert=spec.d_expert)
+        return cls(**{**sizes, **overrides})
 
 
 class SwiGLU(nn.Module):

@@ -39,7 +39,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .gpt2 import GPT, GPTConfig
+from .accounting import mixer_state_numbers
+from .gpt2 import GPT, CausalSelfAttention, GPTConfig
+from .layers import delta
+from .layers.delta import ShortConv
+from .layers.linear import LinearAttention
 from .tasks import MQARBatch, MQARConfig, mqar
 
 __all__ = ["MIXERS", "MIXER_LABELS", "CONV_MODES", "GATE_INITS", "SLOW_GATE_RATES", "INITS", "ModelConfig", "TrainConfig",
@@ -215,8 +219,6 @@ class ConvProjection(nn.Module):
 
     def __init__(self, proj: nn.Linear, kernel_size: int = 4):
         super().__init__()
-        from .layers.delta import ShortConv
-
         self.proj = proj
         self.conv = ShortConv(proj.out_features, kernel_size)
 
@@ -248,10 +250,6 @@ def mixer_factory(mixer: str, model: ModelConfig = ModelConfig()) -> Callable | 
     _check_mixer(mixer)
     if not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
-    from .gpt2 import CausalSelfAttention
-    from .layers import delta
-    from .layers.linear import LinearAttention
-
     own_conv = 0 if model.conv == "none" else model.conv_size
 
     def make(config: GPTConfig, i: int) -> nn.Module:
@@ -310,17 +308,19 @@ def state_numbers(mixer: str, model: ModelConfig, seq_len: int) -> int:
     """Numbers one block's mixer keeps per sequence to continue after ``seq_len`` tokens.
 
     Softmax attention: its KV cache, ``2 * seq_len * d_model`` (grows with the sequence).
-    Linear attention: ``H (D^2 + D)`` (the state ``S`` and normaliser ``z``). Delta family:
-    ``H D^2`` (the short convolution's few cached inputs are left out).
+    The recurrent mixers: :func:`gpt2k3.accounting.mixer_state_numbers` -- ``H D^2`` for the
+    delta family, ``H (D^2 + D)`` for linear attention (the state ``S`` and normaliser ``z``).
+    Every mixer with a short convolution (see ``CONV_MODES``) also keeps its last
+    ``conv_size - 1`` inputs of q, k and v.
     """
     _check_mixer(mixer)
     seq_len = _int(seq_len, "seq_len", 1)
     H, D = model.n_head, model.head_dim
+    has_conv = model.conv == "all" or (model.conv == "native" and mixer not in ("softmax", "linear"))
+    kernel = model.conv_size if has_conv else 0
     if mixer == "softmax":
-        return 2 * seq_len * model.d_model
-    if mixer == "linear":
-        return H * (D * D + D)
-    return H * D * D
+        return 2 * seq_len * model.d_model + max(kernel - 1, 0) * 3 * model.d_model
+    return sum(mixer_state_numbers(H, D, conv_kernel=kernel, normalizer=mixer == "linear").values())
 
 
 def masked_loss(logits: torch.Tensor, batch: MQARBatch) -> torch.Tensor:

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
+from ..display import sig
+
 __all__ = ["Step", "style", "add_slider", "round_data", "PALETTE", "DATA_DIGITS"]
 
 #: Significant digits kept in a figure's data.  A figure is stored in its notebook and
@@ -20,9 +22,11 @@ DATA_DIGITS = 6
 
 
 def _sig(x: float, digits: int) -> float:
-    if x == 0 or x != x or x in (float("inf"), float("-inf")) or (float(x).is_integer() and abs(x) < 2**53):
+    """``x`` at ``digits`` significant digits (:func:`gpt2k3.display.sig`); whole numbers that
+    a float holds exactly, zeros and non-finite values are kept as they are."""
+    if x != x or x in (float("inf"), float("-inf")) or (float(x).is_integer() and abs(x) < 2**53):
         return x
-    return float(f"{x:.{digits}g}")
+    return sig(x, digits)
 
 
 def round_data(obj: Any, digits: int = DATA_DIGITS) -> Any:

@@ -2,7 +2,7 @@
 the cost of the chunkwise form against its chunk size, and the measured speed.
 
 Every slider step is computed here, when the notebook runs, so the figures work in the static
-web book. The numbers come from :mod:`gpt2k3.memory` and :mod:`gpt2k3.mixers.delta`; the measured
+web book. The numbers come from :mod:`gpt2k3.memory` and :mod:`gpt2k3.mixers.wy`; the measured
 speeds from the JSON files ``benchmarks/chunkwise.py`` writes (read with :func:`gpt2k3.results.load`).
 """
 
@@ -16,7 +16,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from .. import memory
-from ..mixers.delta import chunkwise_cost
+from ..mixers.wy import chunkwise_cost
 from ._style import PALETTE, Step, add_slider, style
 
 __all__ = [
@@ -311,7 +311,7 @@ def read_erase_write_stages(d: int = 8, n_stored: int = 4, target: int = 1, beta
 def chunk_cost(T: int = 4096, ds: Sequence[int] = (32, 64, 128, 256),
                chunk_sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
                mark: int | None = None, active: int = 1) -> go.Figure:
-    """The cost model of :func:`gpt2k3.mixers.delta.chunkwise_cost` against the chunk size.
+    """The cost model of :func:`gpt2k3.mixers.wy.chunkwise_cost` against the chunk size.
 
     Left: FLOPs per token and head -- the part independent of the state (batched over chunks),
     the part inside the sequential loop, and the token-by-token form for reference. Right: the

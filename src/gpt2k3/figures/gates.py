@@ -2,7 +2,7 @@ r"""Chapter 6 (gates): forgetting by age, memory half-life, scalar vs channel-wi
 retrieval after distractors, and the cache of a KDA / attention hybrid.
 
 The memory figures run the experiments of :mod:`gpt2k3.forgetting` (which run the real
-gated delta-rule mixer); the hybrid figure counts bytes with :mod:`gpt2k3.accounting`.
+gated delta-rule mixer); the hybrid figure lays out :func:`gpt2k3.accounting.hybrid_cache_bytes`.
 Plotted numbers are rounded to four significant digits, so a figure stored in a notebook does
 not change with the last-bit rounding of another machine's arithmetic.
 """
@@ -16,20 +16,22 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import forgetting as fg
-from ..accounting import (ArchSpec, hybrid_layers, kv_cache_bytes, kv_numbers_per_layer,
-                          state_bytes, state_numbers_per_layer)
+from ..accounting import STATE_DTYPE_BYTES, ArchSpec, hybrid_cache_bytes, hybrid_spec, ratio_label
 from ..archs import KIMI_LINEAR_48B
+from ..display import fmt_decimal_bytes, sig
 from ._style import PALETTE, Step, add_slider, style
 
+# hybrid_spec, hybrid_cache_bytes and ratio_label are gpt2k3.accounting's, listed here because
+# the chapter's figures are built on them.
 __all__ = ["forgetting_by_age", "memory_half_life", "channel_decay", "distractor_retrieval",
-           "hybrid_spec", "hybrid_cache_bytes", "hybrid_cache", "ratio_label", "fmt_bytes"]
+           "hybrid_spec", "hybrid_cache_bytes", "hybrid_cache", "ratio_label"]
 
 _BLUE, _ORANGE, _GREEN, _PINK, _GREY = PALETTE[0], PALETTE[1], PALETTE[2], PALETTE[3], "#888888"
 
 
-def _r(xs, sig: int = 4) -> list[float]:
-    """Round to ``sig`` significant digits (stable stored figures; plenty for a plot)."""
-    return [float(f"{x:.{sig}g}") for x in xs]
+def _r(xs, digits: int = 4) -> list[float]:
+    """Round to ``digits`` significant digits (stable stored figures; plenty for a plot)."""
+    return [sig(x, digits) for x in xs]
 
 
 def _style(fig: go.Figure, *, top: int, **kw) -> go.Figure:
@@ -61,17 +63,6 @@ def _values(xs, name: str) -> list:
 
 def _log_alpha_label(la: float) -> str:
     return "no gate (α = 1)" if la == 0 else f"log α = {la:g} per token (α = {math.exp(la):.4g})"
-
-
-def fmt_bytes(n: float) -> str:
-    """``1536 -> '1.5 KiB'``: binary units, three significant digits."""
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.0f} B" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------- why forget
@@ -130,7 +121,8 @@ def memory_half_life(log_alphas: Sequence[float] = (0.0, -0.003, -0.01, -0.03, -
     ``(alpha (1 - beta/d))^t``); a vertical line marks the gate's half-life ``ln 2 / -log alpha``.
     """
     log_alphas = _values(log_alphas, "log_alphas")
-    n_tokens = fg._int(n_tokens, "n_tokens", 2)
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 2:
+        raise ValueError(f"n_tokens must be an int >= 2, got {n_tokens!r}")
     grid = _log_grid(n_tokens)
     fig = go.Figure()
     traces = [("nothing written after it (the gate alone)", _GREEN, "solid"),
@@ -193,7 +185,10 @@ def channel_decay(d: int = 16, keeps: Sequence[int] = (2, 4, 8, 12, 14),
         if isinstance(keep, bool) or not isinstance(keep, int) or not 1 <= keep <= d - 1:
             raise ValueError(f"each entry of keeps must be an int in [1, d - 1 = {d - 1}] (both "
                              f"kinds of channel must exist), got {keep!r}")
-    fg._log_alpha(log_alpha_fast, d)
+    if (isinstance(log_alpha_fast, bool) or not isinstance(log_alpha_fast, (int, float))
+            or not math.isfinite(log_alpha_fast) or log_alpha_fast > 0):
+        raise ValueError(f"log_alpha_fast must be a finite number <= 0 (a decay in (0, 1]), "
+                         f"got {log_alpha_fast!r}")
     if log_alpha_fast == 0:
         raise ValueError("log_alpha_fast must be < 0 (the forgetting channels must forget)")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.38, 0.62], horizontal_spacing=0.12)
@@ -299,61 +294,20 @@ def distractor_retrieval(log_alphas: Sequence[float] = (-0.01, -0.03, -0.1, -0.3
 
 
 # ---------------------------------------------------------------------------- the hybrid
-def ratio_label(ratio: int | None) -> str:
-    """``0 -> 'all attention'``, ``3 -> '3:1'``, ``None -> 'all KDA'``."""
-    if ratio is None:
-        return "all KDA"
-    return "all attention" if ratio == 0 else f"{ratio}:1"
-
-
-def hybrid_spec(spec: ArchSpec, ratio: int | None) -> ArchSpec:
-    """``spec`` with the layer schedule of a ``ratio``:1 KDA / attention hybrid.
-
-    ``ratio=0`` is all attention, ``None`` all KDA; otherwise
-    :func:`gpt2k3.accounting.hybrid_layers` (the last layer is attention). ``spec`` must give the
-    KDA sizes (``kda_n_head``, ``kda_head_dim``) unless ``ratio == 0``.
-    """
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    if ratio is None:
-        layers = tuple(range(spec.n_layer))
-    else:
-        layers = hybrid_layers(spec.n_layer, ratio)
-    return spec.with_(name=f"{spec.name} ({ratio_label(ratio)})", kda_layers=layers)
-
-
-def hybrid_cache_bytes(spec: ArchSpec, ratio: int | None, context_len: int,
-                       cache_dtype_bytes: float = 2, state_dtype_bytes: float = 4) -> dict:
-    """Memory of one sequence at ``context_len`` tokens in a ``ratio``:1 hybrid of ``spec``.
-
-    Returns ``{"kv": ..., "state": ..., "total": ..., "per_layer": [...], "kinds": [...]}``:
-    the attention layers' KV cache (:func:`gpt2k3.accounting.kv_cache_bytes`, grows with
-    context), the KDA layers' states (:func:`gpt2k3.accounting.state_bytes`, fixed), and each
-    layer's share. KV entries are ``cache_dtype_bytes`` each (bf16: 2), states
-    ``state_dtype_bytes`` (float32: 4, as the recurrent kernels keep them).
-    """
-    s = hybrid_spec(spec, ratio)
-    kv = kv_cache_bytes(s, context_len, 1, cache_dtype_bytes)
-    st = state_bytes(s, 1, state_dtype_bytes)
-    per_attn = kv_numbers_per_layer(s) * context_len * cache_dtype_bytes
-    per_kda = (sum(state_numbers_per_layer(s).values()) * state_dtype_bytes) if s.kda_layers else 0
-    kinds = s.layer_mixers
-    return {"kv": kv, "state": st, "total": kv + st, "kinds": list(kinds),
-            "per_layer": [per_kda if k == "kda" else per_attn for k in kinds]}
-
-
 def _byte_ticks(lo: float, hi: float) -> dict:
-    """Log-axis ticks at powers of 32 bytes between ``lo`` and ``hi``, labelled in KiB/MiB/GiB."""
-    vals = [2 ** p for p in range(0, 60, 5) if lo <= 2 ** p <= hi]
-    return dict(tickvals=vals, ticktext=[fmt_bytes(v) for v in vals])
+    """Log-axis ticks at powers of ten bytes between ``lo`` and ``hi``, labelled in decimal
+    units (kB, MB, GB: the units every chapter states memory in)."""
+    vals = [10 ** p for p in range(0, 19) if lo <= 10 ** p <= hi]
+    return dict(tickvals=vals, ticktext=[fmt_decimal_bytes(v) for v in vals])
 
 
 def hybrid_cache(spec: ArchSpec = KIMI_LINEAR_48B,
                  ratios: Sequence[int | None] = (0, 1, 2, 3, 5, 7, None),
                  context_len: int = 1 << 20, contexts: Sequence[int] | None = None,
-                 cache_dtype_bytes: float = 2, state_dtype_bytes: float = 4,
+                 cache_dtype_bytes: float = 2, state_dtype_bytes: float = STATE_DTYPE_BYTES,
                  active: int = 3) -> go.Figure:
-    """Which layers keep a growing cache, and the bytes at long context, for a ratio slider.
+    """Which layers keep a growing cache, and the bytes at long context, for a ratio slider
+    (:func:`gpt2k3.accounting.hybrid_cache_bytes`; ``None`` in ``ratios``: all KDA).
 
     Left: every layer's memory for one sequence at ``context_len`` tokens (log scale) --
     attention layers hold a KV cache that grows with the context, KDA layers a fixed state.
@@ -375,7 +329,7 @@ def hybrid_cache(spec: ArchSpec = KIMI_LINEAR_48B,
     base = [hybrid_cache_bytes(spec, 0, n, cache_dtype_bytes, state_dtype_bytes)["total"]
             for n in contexts]
     fig.add_trace(go.Scatter(name="all attention", mode="lines", line=dict(color=_GREY, dash="dash"),
-                             x=contexts, y=base, text=[fmt_bytes(b) for b in base],
+                             x=contexts, y=base, text=[fmt_decimal_bytes(b) for b in base],
                              hovertemplate="all attention, %{x:,} tokens: %{text}<extra></extra>"),
                   1, 2)
     fig.add_trace(go.Scatter(name="this schedule", mode="lines+markers", line=dict(color=_GREEN),
@@ -402,15 +356,15 @@ def hybrid_cache(spec: ArchSpec = KIMI_LINEAR_48B,
                   for n in contexts]
         n_attn = len(attn)
         title = (f"{spec.name}, {ratio_label(ratio)}: {n_attn} of {spec.n_layer} layers keep a "
-                 f"growing cache<br>at {context_len:,} tokens: {fmt_bytes(b['total'])} per sequence "
-                 f"vs {fmt_bytes(full)} with attention everywhere "
+                 f"growing cache<br>at {context_len:,} tokens: {fmt_decimal_bytes(b['total'])} per sequence "
+                 f"vs {fmt_decimal_bytes(full)} with attention everywhere "
                  f"({full / b['total']:.3g}× less)")
         steps.append(Step(
             label=ratio_label(ratio),
             data={"x": [[i for i, _ in attn], [i for i, _ in kda], contexts],
                   "y": [[v for _, v in attn], [v for _, v in kda], totals],
-                  "text": [[fmt_bytes(v) for _, v in attn], [fmt_bytes(v) for _, v in kda],
-                           [fmt_bytes(t) for t in totals]]},
+                  "text": [[fmt_decimal_bytes(v) for _, v in attn], [fmt_decimal_bytes(v) for _, v in kda],
+                           [fmt_decimal_bytes(t) for t in totals]]},
             layout={"title.text": title},
             traces=[0, 1, 3]))
     return _finish(fig, steps, "KDA : attention = ", active)

@@ -17,20 +17,24 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..accounting import (H200, ArchSpec, Hardware, count_params, decode_bytes_per_token,
-                          devices_needed, flops_per_token, kv_cache_bytes, max_batch,
-                          memory_per_sequence, plan_roofline, roofline, serving_memory,
-                          serving_plan, state_bytes, weights_read_per_step)
+from .. import accounting
+from ..accounting import (H200, STATE_DTYPE_BYTES, ArchSpec, Hardware, count_params,
+                          decode_bytes, decode_bytes_per_token, devices_needed, dtype_bytes,
+                          full_attention, hybrid_spec, kv_cache_bytes, memory_per_sequence,
+                          plan_roofline, ratio_label, roofline, roofline_band, serving_memory,
+                          serving_plan)
 from ..archs import K3_SCALE, KIMI_LINEAR_48B, KIMI_LINEAR_CLAIMS, gpt2_to_k3_steps
+from ..display import fmt_count, fmt_decimal_bytes, sig
 from ._style import PALETTE, Step, add_slider, style
-from .gates import hybrid_spec, ratio_label
-from .kv_cache import DTYPE_BYTES
 from .mla_moe import PARAM_SPECS, param_components
 
+# full_attention is gpt2k3.accounting's and fmt_count gpt2k3.display's, listed here because the
+# chapter's tables are built on them.
 __all__ = ["CONTEXTS", "BATCHES", "RATIOS", "WEIGHT_DTYPES", "CACHE_DTYPES", "STATE_BYTES",
-           "fmt_gb", "fmt_count", "full_attention", "hybrid_speedups", "claims_rows",
-           "what_changed_rows", "what_changed_table", "summary_rows", "plan_rows", "k3_params", "k3_hybrid", "k3_batching", "k3_roofline",
-           "k3_devices", "kimi_linear_check", "k3_dashboard"]
+           "fmt_count", "full_attention", "hybrid_speedups", "claims_rows",
+           "what_changed_rows", "what_changed_table", "summary_rows", "plan_rows", "k3_params",
+           "k3_hybrid", "k3_batching", "k3_roofline", "k3_devices", "kimi_linear_check",
+           "k3_dashboard"]
 
 #: Context lengths of the figures: 1K to 1M tokens, doubling.
 CONTEXTS = tuple(1 << p for p in range(10, 21))
@@ -41,29 +45,20 @@ RATIOS = (*range(16), None)
 #: Weight and KV-cache formats the sliders offer (bytes per number in ``DTYPE_BYTES``).
 WEIGHT_DTYPES = ("bf16", "fp8", "int4")
 CACHE_DTYPES = ("bf16", "fp8")
-#: Bytes per number of a KDA state: float32, as the recurrent kernels keep it.
-STATE_BYTES = 4
+#: Bytes per number of a KDA state: float32, as the recurrent kernels keep it
+#: (:data:`gpt2k3.accounting.STATE_DTYPE_BYTES`).
+STATE_BYTES = STATE_DTYPE_BYTES
 
 _HYBRID, _FULL, _GREY = PALETTE[0], PALETTE[5], "#666666"
 
 
-def _r(x: float, sig: int = 4) -> float:
-    """Round to ``sig`` significant digits (stable stored figures; plenty for a plot)."""
-    return float(f"{x:.{sig}g}")
-
-
-def fmt_gb(n: float) -> str:
-    """Decimal units from GB: ``'19.3 GB'``, ``'5.63 TB'``, ``'45.1 MB'``."""
-    for div, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if abs(n) >= div:
-            return f"{n / div:.3g} {unit}"
-    return f"{n:.3g} B"
+def _r(x: float, digits: int = 4) -> float:
+    """Round to ``digits`` significant digits (stable stored figures; plenty for a plot)."""
+    return sig(x, digits)
 
 
 def _dtype(name: str, value: str, allowed: Sequence[str]) -> float:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-    return DTYPE_BYTES[value]
+    return dtype_bytes(name, value, allowed)
 
 
 def _positive_ints(name: str, xs) -> list[int]:
@@ -82,52 +77,14 @@ def _finish(fig: go.Figure, steps: list[Step], prefix: str, active: int,
     return fig
 
 
-def full_attention(spec: ArchSpec) -> ArchSpec:
-    """``spec`` with softmax attention in every layer: the "full MLA" baseline of a hybrid."""
-    return hybrid_spec(spec, 0).with_(name=f"{spec.name}, attention in every layer")
-
-
 # ---------------------------------------------------------------------------- data
 def hybrid_speedups(spec: ArchSpec = KIMI_LINEAR_48B, context_len: int = 1 << 20,
                     hardware: Hardware = H200, n_devices: int = 1, weight_bytes: float = 2,
                     cache_bytes: float = 2, state_dtype_bytes: float = STATE_BYTES) -> dict:
-    """A hybrid against its all-attention variant at ``context_len`` tokens, by the roofline.
-
-    ``"kv_reduction"``: the share of the KV cache the hybrid removes; ``"memory_reduction"``:
-    the same with the KDA states counted; ``"batch1"``: speedup per output token at batch 1;
-    ``"batch"``: the memory-limited batch of each model on ``n_devices`` devices
-    (:func:`gpt2k3.accounting.max_batch`); ``"memory_limited"``: speedup per output token when
-    each runs at its own memory-limited batch (``None`` if either cannot hold one sequence);
-    ``"ceiling"``: the most any batch sizes can give -- the baseline at batch 1 against the
-    hybrid with its weights read for free.  ``"ms"`` holds the predicted times per output
-    token (milliseconds) behind each ratio.
-    """
-    full = full_attention(spec)
-    kw = dict(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
-              state_dtype_bytes=state_dtype_bytes)
-    kv_h, kv_f = (kv_cache_bytes(s, context_len, 1, cache_bytes) for s in (spec, full))
-    mem_h, mem_f = (memory_per_sequence(s, context_len, cache_bytes, state_dtype_bytes)
-                    for s in (spec, full))
-    one = {name: roofline(s, context_len, 1, hardware, n_devices, **kw).per_token_s
-           for name, s in (("hybrid", spec), ("full", full))}
-    batch = {name: max_batch(s, context_len, hardware, n_devices, **kw)
-             for name, s in (("hybrid", spec), ("full", full))}
-    limited = None
-    if min(batch.values()) > 0:
-        limited = {name: roofline(s, context_len, batch[name], hardware, n_devices,
-                                  **kw).per_token_s
-                   for name, s in (("hybrid", spec), ("full", full))}
-    # the hybrid with weights free: its cache and state traffic, or its FLOPs, per token
-    per_seq = ((kv_h + 2 * state_bytes(spec, 1, state_dtype_bytes))
-               / (n_devices * hardware.bandwidth))
-    floor = max(per_seq, flops_per_token(spec, context_len) / (n_devices * hardware.peak_flops))
-    ms = {"batch 1": {k: 1e3 * v for k, v in one.items()}}
-    if limited:
-        ms["memory-limited"] = {k: 1e3 * v for k, v in limited.items()}
-    return {"full": full, "kv_reduction": 1 - kv_h / kv_f, "memory_reduction": 1 - mem_h / mem_f,
-            "batch1": one["full"] / one["hybrid"], "batch": batch,
-            "memory_limited": limited and limited["full"] / limited["hybrid"],
-            "ceiling": one["full"] / floor, "ms": ms}
+    """:func:`gpt2k3.accounting.hybrid_speedups`, with chapter 8's model (Kimi Linear 48B-A3B)
+    and context (a million tokens) as defaults."""
+    return accounting.hybrid_speedups(spec, context_len, hardware, n_devices, weight_bytes,
+                                      cache_bytes, state_dtype_bytes)
 
 
 def _verdict(computed: float, lo: float, hi: float, tolerance: float = 0.0) -> str:
@@ -197,25 +154,30 @@ def summary_rows(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: i
                  hardware: Hardware = H200) -> list[list[str]]:
     """Everything the chapter accounts for ``spec``, as ``[quantity, value]`` rows: parameters,
     weight bytes, cache and state, bytes and FLOPs per token, the roofline on one device and on
-    the planned deployment, and how many devices hold it."""
+    the planned deployment (and on one device at the measured H200 bandwidth,
+    :func:`gpt2k3.accounting.roofline_band`), and how many devices hold it."""
     wb = _dtype("weight_dtype", weight_dtype, WEIGHT_DTYPES)
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     c = count_params(spec)
     mem = serving_memory(spec, context_len, batch, wb, cb, STATE_BYTES)
     roof = roofline(spec, context_len, batch, hardware, 1, wb, cb, STATE_BYTES)
+    band = roofline_band(spec, context_len, batch, None, 1, wb, cb, STATE_BYTES)
     pooled = devices_needed(spec, context_len, batch, hardware, wb, cb, STATE_BYTES)
     plan = serving_plan(spec, context_len, batch, hardware, tp, wb, cb, STATE_BYTES)
     rows = [
         ["parameters: total / active per token", f"{c.total:,} / {c.active:,}"],
-        [f"weights ({weight_dtype})", fmt_gb(mem["weights"])],
+        [f"weights ({weight_dtype})", fmt_decimal_bytes(mem["weights"])],
         [f"KV cache ({cache_dtype}) + KDA state (fp32), one sequence",
-         f"{fmt_gb(mem['cache'] / max(batch, 1))} + {fmt_gb(mem['state'] / max(batch, 1))}"],
-        [f"KV cache + state, batch {batch}", fmt_gb(mem["cache"] + mem["state"])],
-        ["bytes read per output token", fmt_gb(roof.bytes_per_step / batch)],
+         f"{fmt_decimal_bytes(mem['cache'] / max(batch, 1))} + {fmt_decimal_bytes(mem['state'] / max(batch, 1))}"],
+        [f"KV cache + state, batch {batch}", fmt_decimal_bytes(mem["cache"] + mem["state"])],
+        ["bytes read per output token", fmt_decimal_bytes(roof.bytes_per_step / batch)],
         ["FLOPs per output token", f"{roof.flops_per_step / batch / 1e9:,.0f} GFLOP"],
         [f"{hardware.name}-time per output token (roofline)",
          f"{1e3 * roof.per_token_s:.3g} ms, {roof.bound}-bound "
          f"({roof.intensity:.0f} FLOP/byte; ridge {hardware.ridge:.0f})"],
+        ["the same at the measured H200 bandwidth "
+         f"({accounting.H200_MEASURED.bandwidth / 1e12:.2f} TB/s)",
+         f"{1e3 * band['measured'].per_token_s:.3g} ms ({band['measured'].bound}-bound)"],
         [f"{hardware.name}s to hold it (pooled memory)", f"{pooled:,}"],
     ]
     if plan is None:
@@ -226,7 +188,7 @@ def summary_rows(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: i
         rows += [[f"plan: TP {tp} × DP {plan.dp}, EP {plan.ep}",
                   f"{plan.n_devices:,} {hardware.name}s in {plan.machines:,} machines, "
                   f"{plan.experts_per_device} experts per layer per device, "
-                  f"{fmt_gb(plan.per_device['total'])} on the fullest"],
+                  f"{fmt_decimal_bytes(plan.per_device['total'])} on the fullest"],
                  ["step time on the plan (roofline of the busiest device)",
                   f"{1e3 * step.step_s:.3g} ms per step, {batch / step.step_s:,.0f} tokens/s, "
                   f"{step.bound}-bound"]]
@@ -240,17 +202,6 @@ def _ctx_label(n: int) -> str:
     if n >= 1024 and n % 1024 == 0:
         return f"{n >> 10}K"
     return f"{n:,}"
-
-
-def fmt_count(n: float, sign: bool = False) -> str:
-    """A parameter count in short form: ``'47.5B'``, ``'2.81T'``; with ``sign``, ``'+1.17B'``,
-    ``'−4.97M'`` (a true minus sign)."""
-    mark = ("+" if n > 0 else "−" if n < 0 else "") if sign else ("−" if n < 0 else "")
-    a = abs(n)
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if a >= div:
-            return f"{mark}{a / div:.3g}{unit}"
-    return f"{mark}{a:.0f}"
 
 
 def plan_rows(spec: ArchSpec = K3_SCALE,
@@ -275,7 +226,7 @@ def plan_rows(spec: ArchSpec = K3_SCALE,
             continue
         step = plan_roofline(spec, plan, n, b, hardware, wb, cb, STATE_BYTES)
         rows.append(head + [f"{pooled} / {plan.n_devices} ({plan.machines})",
-                            plan.experts_per_device, fmt_gb(plan.per_device["total"]),
+                            plan.experts_per_device, fmt_decimal_bytes(plan.per_device["total"]),
                             f"{1e3 * step.step_s:.3g} ms, {b / step.step_s:,.0f}"])
     return rows
 
@@ -286,7 +237,7 @@ def what_changed_table(context_len: int = 1 << 20, cache_bytes: float = 2,
     total, change in total, active, KV numbers per token, one sequence, read per token]``
     with counts like ``'47.5B'`` and bytes like ``'19.5 GB'``."""
     return [[change, what, fmt_count(total), fmt_count(delta, sign=True) if delta else "",
-             fmt_count(active), kv, fmt_gb(seq * 1e9), fmt_gb(read * 1e9)]
+             fmt_count(active), kv, fmt_decimal_bytes(seq * 1e9), fmt_decimal_bytes(read * 1e9)]
             for change, what, total, delta, active, kv, seq, read
             in what_changed_rows(context_len, cache_bytes, weight_bytes, exact=True)]
 
@@ -327,7 +278,7 @@ def k3_hybrid(spec: ArchSpec = K3_SCALE, ratios: Sequence[int | None] = RATIOS,
         fig.add_trace(go.Scatter(name="attention in every layer", legendgroup="f",
                                  showlegend=col == 1, mode="lines",
                                  line=dict(color=_FULL, dash="dash"), x=ctx, y=[_r(v) for v in y],
-                                 text=[fmt_gb(v * 1e9) for v in y],
+                                 text=[fmt_decimal_bytes(v * 1e9) for v in y],
                                  hovertemplate="%{x:,} tokens: %{text}<extra>all attention, "
                                                + what + "</extra>"), 1, col)
     style(fig, title="", x_title="context length (tokens, log scale)",
@@ -346,12 +297,12 @@ def k3_hybrid(spec: ArchSpec = K3_SCALE, ratios: Sequence[int | None] = RATIOS,
         steps.append(Step(
             label=ratio_label(ratio).replace("all attention", "0:1"), traces=[0, 2],
             data={"x": [ctx, ctx], "y": [[_r(v / 1e9) for v in mem], [_r(v / 1e9) for v in read]],
-                  "text": [[fmt_gb(v) for v in mem], [fmt_gb(v) for v in read]]},
+                  "text": [[fmt_decimal_bytes(v) for v in mem], [fmt_decimal_bytes(v) for v in read]]},
             layout={"title.text": (
                 f"{spec.name}, {ratio_label(ratio)}: {s.n_attention_layers} attention + "
                 f"{s.n_kda_layers} KDA layers; {c.total / 1e12:.4g}T parameters, "
                 f"{c.active / 1e9:.3g}B active<br>at {ctx[-1]:,} tokens a sequence keeps "
-                f"{fmt_gb(mem[-1])}, {100 * (1 - mem[-1] / base):.1f}% less than all attention")}))
+                f"{fmt_decimal_bytes(mem[-1])}, {100 * (1 - mem[-1] / base):.1f}% less than all attention")}))
     return _finish(fig, steps, "KDA : attention = ", active)
 
 
@@ -384,14 +335,15 @@ def k3_batching(spec: ArchSpec = K3_SCALE, contexts: Sequence[int] = CONTEXTS,
     fig.update_layout(margin=dict(t=150), legend=dict(y=1.04))
 
     def ms(total_bytes):
-        return f"{fmt_gb(total_bytes)} = {1e3 * total_bytes / hardware.bandwidth:.3g} ms of one " \
+        return f"{fmt_decimal_bytes(total_bytes)} = {1e3 * total_bytes / hardware.bandwidth:.3g} ms of one " \
                f"{hardware.name}'s bandwidth"
 
     steps = []
     for n in contexts:
-        w = [weights_read_per_step(spec, b) * wb / b for b in batches]
-        per_seq = (kv_cache_bytes(spec, n, 1, cb) + 2 * state_bytes(spec, 1, STATE_BYTES))
-        tot = [v + per_seq for v in w]
+        step = [decode_bytes(spec, n, b, wb, cb, STATE_BYTES) for b in batches]
+        w = [d.weights_per_token for d in step]
+        per_seq = step[0].per_sequence
+        tot = [d.per_token for d in step]
         tot_f = [decode_bytes_per_token(full, n, b, wb, cb, STATE_BYTES) for b in batches]
         ys = [w, [per_seq] * len(batches), tot, tot_f]
         cross = next((b for b, v in zip(batches, w) if v < per_seq), None)
@@ -403,8 +355,8 @@ def k3_batching(spec: ArchSpec = K3_SCALE, contexts: Sequence[int] = CONTEXTS,
                   "text": [[ms(v) for v in y] for y in ys]},
             layout={"title.text": (
                 f"{spec.name} at {n:,} tokens ({weight_dtype}, {cache_dtype} cache): {where}"
-                f"<br>per token: {fmt_gb(tot[0])} at batch 1, {fmt_gb(tot[-1])} at batch "
-                f"{batches[-1]}; all attention: {fmt_gb(tot_f[0])} and {fmt_gb(tot_f[-1])}")}))
+                f"<br>per token: {fmt_decimal_bytes(tot[0])} at batch 1, {fmt_decimal_bytes(tot[-1])} at batch "
+                f"{batches[-1]}; all attention: {fmt_decimal_bytes(tot_f[0])} and {fmt_decimal_bytes(tot_f[-1])}")}))
     return _finish(fig, steps, "context length: ", min(active, len(steps) - 1))
 
 
@@ -442,14 +394,16 @@ def k3_roofline(spec: ArchSpec = K3_SCALE, batches: Sequence[int] = (1, 8, 64, 2
                    [_r(1e3 * r.compute_s / b) for r in roofs]]
             bounds.append(roofs[-1])
         h, f = bounds
+        slow = roofline(spec, contexts[-1], b, accounting.H200_MEASURED, 1, wb, cb, STATE_BYTES)
         steps.append(Step(
             label=str(b), data={"x": [contexts] * 4, "y": ys},
             layout={"title.text": (
                 f"{spec.name}, batch {b}, on one {hardware.name} "
                 f"({hardware.bandwidth / 1e12:.1f} TB/s, {hardware.peak_flops / 1e12:.0f} "
                 f"TFLOP/s)<br>at {contexts[-1]:,} tokens: {1e3 * h.per_token_s:.3g} ms per "
-                f"token ({h.bound}-bound); all attention {1e3 * f.per_token_s:.3g} ms "
-                f"({f.per_token_s / h.per_token_s:.2f}×)")}))
+                f"token ({h.bound}-bound; {1e3 * slow.per_token_s:.3g} ms at the measured "
+                f"{accounting.H200_MEASURED.bandwidth / 1e12:.2f} TB/s); all attention "
+                f"{1e3 * f.per_token_s:.3g} ms ({f.per_token_s / h.per_token_s:.2f}×)")}))
     return _finish(fig, steps, "batch: ", min(active, len(steps) - 1))
 
 
@@ -487,7 +441,7 @@ def k3_devices(spec: ArchSpec = K3_SCALE, weight_dtypes: Sequence[str] = WEIGHT_
     fig.update_layout(margin=dict(t=190), legend=dict(y=1.04))
     steps = []
     for d in dtypes:
-        wb = DTYPE_BYTES[d]
+        wb = dtype_bytes("weight_dtypes", d)
         ys = [[devices_needed(s, n, b, hardware, wb, cb, STATE_BYTES) for n in contexts]
               for s in (spec, full) for b in batches]
         alone = devices_needed(spec, 0, 0, hardware, wb, cb, STATE_BYTES)
@@ -497,7 +451,7 @@ def k3_devices(spec: ArchSpec = K3_SCALE, weight_dtypes: Sequence[str] = WEIGHT_
             label=d, data={"x": [contexts] * (2 * len(batches)) + [[contexts[0], contexts[-1]]],
                            "y": ys + [[alone, alone]]},
             layout={"title.text": (
-                f"{spec.name}, weights in {d}: {fmt_gb(weights)}, {alone} {hardware.name}s "
+                f"{spec.name}, weights in {d}: {fmt_decimal_bytes(weights)}, {alone} {hardware.name}s "
                 f"before any cache<br>batch {batches[i64]} at {contexts[-1]:,} tokens: "
                 f"{ys[i64][-1]} (machines of {hardware.per_machine}: "
                 f"{math.ceil(ys[i64][-1] / hardware.per_machine)}); attention everywhere: "
@@ -554,7 +508,7 @@ def kimi_linear_check(spec: ArchSpec = KIMI_LINEAR_48B, cache_dtypes: Sequence[s
     fig.update_layout(margin=dict(t=170), legend=dict(y=1.04))
     steps = []
     for d in dtypes:
-        cb = DTYPE_BYTES[d]
+        cb = dtype_bytes("cache_dtypes", d)
         runs = {n: [hybrid_speedups(spec, c, hardware, n, cache_bytes=cb) for c in contexts]
                 for n in n_devices}
         first = runs[n_devices[0]]
@@ -590,7 +544,8 @@ def k3_dashboard(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: i
     the roofline per output token against batch at ``context_len`` for ``spec`` and its
     all-attention variant, the chosen batch marked.  The live explorer's view."""
     rows = summary_rows(spec, context_len, batch, weight_dtype, cache_dtype, tp, hardware)
-    wb, cb = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[cache_dtype]
+    wb = _dtype("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.45, 0.55], vertical_spacing=0.06,
                         specs=[[{"type": "table"}], [{"type": "xy"}]])
     fig.add_trace(go.Table(

@@ -1,22 +1,29 @@
 """Chapter 2 (the KV cache): cache growth, what a decode step reads, the cache-bound
-crossover, and the measured decode speed against its roofline."""
+crossover, and the measured decode speed against its roofline.
+
+Every byte comes from :mod:`gpt2k3.accounting`: a decode step's bytes are
+:func:`gpt2k3.accounting.weight_and_cache_bytes` (the one model of
+:func:`gpt2k3.accounting.decode_bytes`, so a batch of a mixture-of-experts model wakes more
+experts), the crossover :func:`gpt2k3.accounting.cache_bound_context`.  This module lays them
+out.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from .. import archs
-from ..accounting import ArchSpec, count_params, kv_cache_bytes
+from ..accounting import (STATE_DTYPE_BYTES, ArchSpec, cache_bound_context,
+                          count_params, dtype_bytes, kv_cache_bytes, state_bytes,
+                          weight_and_cache_bytes)
+from ..display import fmt_bytes
 from ._style import PALETTE, Step, add_slider, style
 
-__all__ = ["registered_specs", "human_bytes", "weight_and_cache_bytes", "cache_growth",
-           "decode_step_bytes", "cache_bound_crossover", "decode_speed", "decode_roofline",
-           "DTYPE_BYTES", "log_grid"]
-
-#: Bytes per number of the storage formats the chapters compare.
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
+__all__ = ["registered_specs", "weight_and_cache_bytes", "cache_growth", "decode_step_bytes",
+           "cache_bound_crossover", "decode_speed", "decode_roofline", "log_grid"]
 
 
 def registered_specs() -> list[ArchSpec]:
@@ -30,52 +37,26 @@ def registered_specs() -> list[ArchSpec]:
     return out
 
 
-def human_bytes(n: float) -> str:
-    """``1536`` -> ``'1.5 KiB'`` (binary units, three significant digits)."""
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.3g} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
 def log_grid(lo: int, hi: int, per_decade: int = 4) -> list[int]:
     """Distinct integers from ``lo`` to ``hi`` spaced evenly on a log axis (ends included)."""
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
         raise ValueError(f"need integers 1 <= lo <= hi, got lo={lo!r}, hi={hi!r}")
-    import math
-
     n = max(2, int(round(math.log10(hi / lo) * per_decade)) + 1) if hi > lo else 1
     pts = sorted({round(lo * (hi / lo) ** (i / max(n - 1, 1))) for i in range(n)} | {lo, hi})
     return pts
 
 
-def weight_and_cache_bytes(spec: ArchSpec, context: int, batch: int = 1, weight_bytes: float = 2,
-                           cache_bytes: float = 2) -> tuple[float, float]:
-    """Bytes one decode step reads: the active weights once (shared by the whole batch),
-    and every sequence's KV cache at ``context`` positions."""
-    if weight_bytes <= 0 or cache_bytes <= 0:
-        raise ValueError(f"weight_bytes and cache_bytes must be > 0, got {weight_bytes}, {cache_bytes}")
-    w = count_params(spec).active * weight_bytes
-    # kv_cache_bytes takes whole bytes per number; scale for sub-byte formats (int4)
-    c = kv_cache_bytes(spec, context, batch=batch, dtype_bytes=1) * cache_bytes
-    return w, c
-
-
 def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int] = (1, 8, 64),
                  dtype: str = "bf16", max_context: int = 1 << 20, active: int = 0) -> go.Figure:
-    """KV-cache bytes against context length (1 to ``max_context``) for a few batch sizes,
-    next to the bytes of the model's weights; a slider over models."""
+    """KV-cache bytes (plus any fixed linear-attention state, float32) against context length
+    (1 to ``max_context``) for a few batch sizes, next to the bytes of the model's weights; a
+    slider over models."""
     specs = list(specs) if specs is not None else registered_specs()
     if not specs:
         raise ValueError("specs must hold at least one ArchSpec")
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
-    if not batches or any(not isinstance(b, int) or b < 1 for b in batches):
+    nbytes = dtype_bytes("dtype", dtype)
+    if not batches or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in batches):
         raise ValueError(f"batches must be positive ints, got {batches!r}")
-    nbytes = DTYPE_BYTES[dtype]
     ctx = log_grid(1, max_context)
     fig = go.Figure()
     for i, b in enumerate(batches):
@@ -91,16 +72,17 @@ def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int]
     for spec in specs:
         ys, texts = [], []
         for b in batches:
-            y = [weight_and_cache_bytes(spec, n, b, nbytes, nbytes)[1] for n in ctx]
+            fixed = state_bytes(spec, b, STATE_DTYPE_BYTES)
+            y = [kv_cache_bytes(spec, n, b, nbytes) + fixed for n in ctx]
             ys.append(y)
-            texts.append([human_bytes(v) for v in y])
-        w = weight_and_cache_bytes(spec, 1, 1, nbytes, nbytes)[0]
+            texts.append([fmt_bytes(v) for v in y])
         total_w = count_params(spec).total * nbytes
         ys.append([total_w] * len(ctx))
-        texts.append([human_bytes(total_w)] * len(ctx))
-        cross = [n for n in ctx if weight_and_cache_bytes(spec, n, 1, nbytes, nbytes)[1] >= w]
-        where = (f"batch-1 cache outweighs the weights read per step from {cross[0]:,} tokens"
-                 if cross else "batch-1 cache stays below the weights up to this context")
+        texts.append([fmt_bytes(total_w)] * len(ctx))
+        cross = cache_bound_context(spec, 1, nbytes, nbytes)
+        where = (f"batch-1 cache outweighs the weights read per step from "
+                 f"{math.ceil(cross):,} tokens" if cross <= ctx[-1] else
+                 "batch-1 cache stays below the weights read per step up to this context")
         steps.append(Step(label=spec.name, data={"x": [ctx] * len(ys), "y": ys, "text": texts},
                           layout={"title.text": f"{spec.name}, {dtype} cache:<br>{where}"}))
     return add_slider(fig, steps, prefix="model: ", active=active)
@@ -110,28 +92,28 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
                       contexts: Sequence[int] = (1, 256, 4096, 32768, 131072, 1 << 20),
                       batch: int = 1, weight_dtype: str = "bf16", cache_dtype: str = "bf16",
                       active: int = 0) -> go.Figure:
-    """What one decode step reads, per model: weights vs KV cache (log scale); a slider over
-    context length.  With a single context there is no slider."""
+    """What one decode step of ``batch`` sequences reads, per model: the weights (read once for
+    the batch, with the experts the batch wakes up) against every sequence's KV cache and
+    state (:func:`gpt2k3.accounting.weight_and_cache_bytes`), log scale; a slider over context
+    length.  With a single context there is no slider."""
     specs = list(specs) if specs is not None else registered_specs()
     contexts = list(contexts)
     if not specs or not contexts:
         raise ValueError("specs and contexts must not be empty")
-    for name, d in (("weight_dtype", weight_dtype), ("cache_dtype", cache_dtype)):
-        if d not in DTYPE_BYTES:
-            raise ValueError(f"{name} must be one of {sorted(DTYPE_BYTES)}, got {d!r}")
-    if not isinstance(batch, int) or batch < 1:
+    wb = dtype_bytes("weight_dtype", weight_dtype)
+    cb = dtype_bytes("cache_dtype", cache_dtype)
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     names = [s.name for s in specs]
     fig = go.Figure([
         go.Bar(name="weights read", x=names, marker_color=PALETTE[0],
                hovertemplate="%{x}: weights %{text}<extra></extra>"),
-        go.Bar(name="KV cache read", x=names, marker_color=PALETTE[1],
-               hovertemplate="%{x}: KV cache %{text}<extra></extra>"),
+        go.Bar(name="KV cache (and state) read", x=names, marker_color=PALETTE[1],
+               hovertemplate="%{x}: KV cache and state %{text}<extra></extra>"),
     ])
     style(fig, title="", x_title="", y_title="bytes read per decode step (log scale)", height=520)
     fig.update_yaxes(type="log")
     fig.update_layout(barmode="group")
-    wb, cb = DTYPE_BYTES[weight_dtype], DTYPE_BYTES[cache_dtype]
     steps = []
     for n in contexts:
         pairs = [weight_and_cache_bytes(s, n, batch, wb, cb) for s in specs]
@@ -139,8 +121,8 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
         bound = [s.name for s, (a, b) in zip(specs, pairs) if b > a]
         title = (f"Context {n:,}, batch {batch}: cache-bound —<br>" + ", ".join(bound)) if bound else \
             f"Context {n:,}, batch {batch}:<br>every model reads more weights than cache"
-        steps.append(Step(label=f"{n:,}", data={"y": [w, c], "text": [[human_bytes(v) for v in w],
-                                                                        [human_bytes(v) for v in c]]},
+        steps.append(Step(label=f"{n:,}", data={"y": [w, c], "text": [[fmt_bytes(v) for v in w],
+                                                                        [fmt_bytes(v) for v in c]]},
                           layout={"title.text": title}))
     if len(steps) == 1:
         for i, (y, t) in enumerate(zip(steps[0].data["y"], steps[0].data["text"])):
@@ -154,15 +136,18 @@ def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
                           batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
                           weight_dtype: str = "bf16", cache_dtypes: Sequence[str] = ("fp32", "bf16", "fp8"),
                           active: int = 1) -> go.Figure:
-    """The context length at which a decode step reads as many cache bytes as weight bytes,
-    against batch size, per model; a slider over the cache's number format."""
+    """The context length at which a decode step reads as many cache (and state) bytes as
+    weight bytes, against batch size, per model (:func:`gpt2k3.accounting.cache_bound_context`:
+    a dense model's line falls as ``1/B``, a mixture of experts' more slowly, because a larger
+    batch wakes more experts); a slider over the cache's number format."""
     specs = list(specs) if specs is not None else registered_specs()
     if not specs:
         raise ValueError("specs must hold at least one ArchSpec")
-    for d in (weight_dtype, *cache_dtypes):
-        if d not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {d!r}")
+    wb = dtype_bytes("weight_dtype", weight_dtype)
+    cbs = [dtype_bytes("cache_dtypes", d) for d in cache_dtypes]
     batches = list(batches)
+    if not batches or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in batches):
+        raise ValueError(f"batches must be positive ints, got {batches!r}")
     fig = go.Figure([go.Scatter(name=s.name, mode="lines+markers", line_color=PALETTE[i % len(PALETTE)],
                                 hovertemplate="batch %{x}: cache-bound beyond %{y:,.0f} tokens"
                                               "<extra>" + s.name + "</extra>")
@@ -171,13 +156,12 @@ def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
           y_title="crossover context length (tokens, log scale)", height=480)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
-    wb = DTYPE_BYTES[weight_dtype]
     steps = []
-    for d in cache_dtypes:
+    for d, cb in zip(cache_dtypes, cbs):
         ys = []
         for s in specs:
-            w, per_token = weight_and_cache_bytes(s, 1, 1, wb, DTYPE_BYTES[d])
-            ys.append([w / (per_token * b) for b in batches])
+            n = [cache_bound_context(s, b, wb, cb) for b in batches]
+            ys.append([v if math.isfinite(v) and v > 0 else None for v in n])
         steps.append(Step(label=d, data={"x": [batches] * len(specs), "y": ys},
                           layout={"title.text": f"Weights in {weight_dtype}, KV cache in {d}:<br>"
                                                 f"above its line, a model's decode step is cache-bound"}))

@@ -1,5 +1,11 @@
 """Chapter 7 (MLA and MoE): the latent cache against MHA's, routing tokens to experts, and
-total against active parameters from GPT-2 to Kimi Linear."""
+total against active parameters from GPT-2 to Kimi Linear.
+
+Cache sizes and parameter counts come from :mod:`gpt2k3.accounting`
+(:func:`~gpt2k3.accounting.mla_cache_variants`, :func:`~gpt2k3.accounting.kv_cache_bytes`,
+:func:`~gpt2k3.accounting.count_params`); the routing figures run the real
+:class:`gpt2k3.moe.Router` on toy tokens.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +15,19 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..accounting import DETAIL_COMPONENTS, ArchSpec, count_params, kv_cache_bytes
+from ..accounting import (DETAIL_COMPONENTS, H200, ArchSpec, count_params, kv_cache_bytes,
+                          mla_cache_variants)
 from ..archs import DEEPSEEK_V3, GPT2_SMALL, GPT2_XL, KIMI_K2, KIMI_LINEAR_48B
-from ..mixers.mla import MLAConfig, mha_equivalent_numbers_per_token
+from ..display import fmt_count, fmt_gb
 from ..moe import MoEConfig, Router
 from ._style import PALETTE, Step, add_slider, style
 
 __all__ = ["mla_cache_variants", "mla_cache", "routing_counts", "moe_routing", "moe_balancing",
            "param_components", "H200_MEMORY_BYTES", "PARAM_SPECS"]
 
-#: Memory of one NVIDIA H200 (141 GB of HBM3e, NVIDIA's H200 datasheet): a reference line.
-H200_MEMORY_BYTES = 141e9
+#: Memory of one NVIDIA H200 (:data:`gpt2k3.accounting.H200`, NVIDIA's datasheet): a reference
+#: line.
+H200_MEMORY_BYTES = H200.memory_bytes
 
 #: The models of :func:`param_components` by default: GPT-2 to Kimi K2, small to large.
 PARAM_SPECS = (GPT2_SMALL, GPT2_XL, KIMI_LINEAR_48B, DEEPSEEK_V3, KIMI_K2)
@@ -35,37 +43,6 @@ def _finish(fig: go.Figure) -> go.Figure:
 def _label(spec: ArchSpec) -> str:
     """A slider label short enough that five of them fit under a book-width figure."""
     return spec.name.replace(" 48B-A3B", "")
-
-
-def _gb(n: float) -> str:
-    """Decimal gigabytes, three significant digits (``'1.23 GB'``, ``'0.0157 GB'``)."""
-    return f"{n / 1e9:.3g} GB"
-
-
-def _short(n: float) -> str:
-    """``671026404352`` -> ``'671B'``; ``124439808`` -> ``'124M'``."""
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.0f}"
-
-
-def mla_cache_variants(spec: ArchSpec = DEEPSEEK_V3, gqa_kv_heads: int = 8) -> dict[str, int]:
-    """Numbers per token per attention layer that three caches of ``spec``'s attention hold.
-
-    ``"MLA latent"``: ``kv_lora_rank + qk_rope_head_dim``; ``"MHA, same heads"``: every head's
-    decompressed key and value (:func:`gpt2k3.mixers.mla.mha_equivalent_numbers_per_token`);
-    ``"GQA"``: a hypothetical grouped-query cache of ``gqa_kv_heads`` K/V heads of width
-    ``v_head_dim``.
-    """
-    if spec.attention != "mla":
-        raise ValueError(f"spec.attention must be 'mla', got {spec.attention!r}")
-    if not isinstance(gqa_kv_heads, int) or not 1 <= gqa_kv_heads <= spec.n_head:
-        raise ValueError(f"gqa_kv_heads must be an int in [1, n_head={spec.n_head}], "
-                         f"got {gqa_kv_heads!r}")
-    return {"MLA latent": spec.kv_lora_rank + spec.qk_rope_head_dim,
-            "MHA, same heads": mha_equivalent_numbers_per_token(MLAConfig.from_spec(spec)),
-            f"GQA, {gqa_kv_heads} K/V heads": 2 * gqa_kv_heads * spec.v_head_dim}
 
 
 def _log_contexts(max_context: int) -> list[int]:
@@ -100,7 +77,7 @@ def mla_cache(spec: ArchSpec = DEEPSEEK_V3, batches: Sequence[int] = (1, 4, 16, 
             name=f"{label} ({numbers:,} numbers/token/layer)", mode="lines+markers",
             line_color=color, marker_size=5,
             hovertemplate="%{x:,} tokens: %{text}<extra>" + label + "</extra>"))
-    fig.add_trace(go.Scatter(name=f"one H200 ({_gb(H200_MEMORY_BYTES)})", mode="lines",
+    fig.add_trace(go.Scatter(name=f"one H200 ({fmt_gb(H200_MEMORY_BYTES)})", mode="lines",
                              x=[ctx[0], ctx[-1]], y=[H200_MEMORY_BYTES / 1e9] * 2,
                              line=dict(color="#555", dash="dash"), hoverinfo="skip"))
     style(fig, title="", x_title="context length (tokens, log scale)",
@@ -113,7 +90,7 @@ def mla_cache(spec: ArchSpec = DEEPSEEK_V3, batches: Sequence[int] = (1, 4, 16, 
     for b in batches:
         base = [kv_cache_bytes(spec, n, batch=b, dtype_bytes=dtype_bytes) for n in ctx]
         ys = [[v * numbers / latent / 1e9 for v in base] for numbers in variants.values()]
-        texts = [[_gb(y * 1e9) for y in row] for row in ys]
+        texts = [[fmt_gb(y * 1e9) for y in row] for row in ys]
         at = ctx.index(ref)
         steps.append(Step(
             label=str(b), data={"x": [ctx] * 3, "y": ys, "text": texts}, traces=[0, 1, 2],
@@ -285,7 +262,7 @@ def param_components(specs: Sequence[ArchSpec] = PARAM_SPECS, active: int = 0) -
         values = [getattr(c, attr) for c in counts]
         fig.add_trace(go.Bar(
             y=names, x=values, orientation="h", name=label, marker_color=PALETTE[i],
-            legendgroup=label, text=[_short(v) for v in values], textposition="outside",
+            legendgroup=label, text=[fmt_count(v) for v in values], textposition="outside",
             cliponaxis=False, customdata=[f"{v:,}" for v in values],
             hovertemplate="%{y}: %{customdata} " + label + "<extra></extra>"), 1, 1)
     for i, label in enumerate(("total", "active per token")):

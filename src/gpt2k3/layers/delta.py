@@ -29,7 +29,7 @@ layers, Yang & Zhang, 2024):
    ``silu(x W_g)`` in Gated DeltaNet, ``sigmoid(x W_g^down W_g^up)`` (low rank) in KDA,
    none in DeltaNet -- then the output projection ``o_proj`` back to ``n_embd``.
 
-Decoding keeps a fixed-size :class:`DeltaState` per layer in a :class:`gpt2k3.layers.StateCache`:
+Decoding keeps a fixed-size :class:`DeltaState` per layer in its :class:`gpt2k3.cache.StateCache`:
 the ``(B, H, Dk, Dv)`` matrix ``S`` and, with the convolution, the last ``conv_size - 1``
 projected inputs of q, k and v. Feeding a sequence in any pieces -- all at once, a prompt then
 one token at a time -- gives the same outputs to float rounding (the tests check it), and the
@@ -50,6 +50,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..cache import StateCache
+from ..gpt2 import GPTConfig
 from ..mixers import delta as _delta
 from ..mixers import gated_delta as _gated_delta
 
@@ -145,8 +147,6 @@ class _DeltaLayer(nn.Module):
                  expand_v: float = 1.0, conv_size: int = 4, norm_eps: float = 1e-5,
                  chunk_size: int = 64):
         super().__init__()
-        from ..gpt2 import GPTConfig  # local import: gpt2 never imports the layers
-
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
         H = config.n_head if n_head is None else _positive_int(n_head, "n_head")
@@ -208,32 +208,34 @@ class _DeltaLayer(nn.Module):
 
     def _mix(self, q, k, v, beta, log_alpha, S):
         if log_alpha is None:
-            return _delta.chunkwise(q, k, v, beta, chunk_size=self.chunk_size, state=S)
-        return _gated_delta.chunkwise(q, k, v, beta, log_alpha, chunk_size=self.chunk_size, state=S)
+            return _delta.chunkwise(q, k, v, beta, initial_state=S, chunk_size=self.chunk_size)
+        return _gated_delta.chunkwise(q, k, v, beta, log_alpha, initial_state=S,
+                                      chunk_size=self.chunk_size)
+
+    def new_cache(self, batch: int, max_len: int | None = None, *, dtype=None, device=None) -> StateCache:
+        """An empty fixed-size state (a :class:`DeltaState` after the first tokens); it has no
+        length limit, and its shapes come from the tokens it sees."""
+        return StateCache()
 
     # ---------------------------------------------------------------- forward
-    def forward(self, x: torch.Tensor, cache=None, layer: int = 0) -> torch.Tensor:
-        """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with a cache, continue from its state.
-
-        ``cache`` is anything with ``get(layer)`` / ``set(layer, state)`` -- a
-        :class:`gpt2k3.layers.StateCache` or a :class:`gpt2k3.layers.hybrid.HybridCache`.
-        """
+    def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
+        """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with its cache (:meth:`new_cache`),
+        continue from the cached state and store the new one."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.n_embd:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (B, T, n_embd={self.n_embd}), got {shape}")
-        if cache is not None and not (hasattr(cache, "get") and hasattr(cache, "set")):
-            raise ValueError(f"cache must hold per-layer states (a StateCache or HybridCache), "
-                             f"got {type(cache).__name__} -- a KVCache is for softmax attention")
-        prev = cache.get(layer) if cache is not None else None
+        if cache is not None and not isinstance(cache, StateCache):
+            raise ValueError(f"cache must be a StateCache (from new_cache), got "
+                             f"{type(cache).__name__} -- a KVCache is for softmax attention")
+        prev = cache.state if cache is not None else None
         if prev is not None and not isinstance(prev, DeltaState):
-            raise ValueError(f"the cached state of layer {layer} must be a DeltaState, "
-                             f"got {type(prev).__name__}")
+            raise ValueError(f"the cached state must be a DeltaState, got {type(prev).__name__}")
         B, T, _ = x.shape
         q, k, v, conv = self.qkv(x, prev.conv if prev is not None else None)
         o, S = self._mix(q, k, v, self.beta(x), self.log_alpha(x),
                          prev.S if prev is not None else None)
         if cache is not None:
-            cache.set(layer, DeltaState(S, conv))
+            cache.extend(DeltaState(S, conv), T)
         g = self._output_gate(x)
         o = self.o_norm(o.transpose(1, 2), None if g is None else g.view(B, T, self.n_head, -1))
         return self.o_proj(o.reshape(B, T, self.value_dim))

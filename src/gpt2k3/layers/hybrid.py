@@ -11,14 +11,14 @@ parts:
 * :func:`hybrid_mixer` -- the ``mixer`` factory for :class:`gpt2k3.gpt2.GPT`: GPT-2's causal
   self-attention where the schedule says ``"attention"``, a delta-family layer
   (:class:`gpt2k3.layers.delta.KDA` by default) elsewhere;
-* :class:`HybridCache` -- one cache for the whole stack: a preallocated
-  :class:`gpt2k3.kv_cache.KVCache` for the attention layers only, and a fixed-size state per
-  linear layer;
+* the cache needs no class of its own: ``model.new_cache(batch, max_len)`` collects each
+  layer's -- a preallocated :class:`gpt2k3.kv_cache.KVCache` for an attention layer, a
+  fixed-size :class:`gpt2k3.cache.StateCache` for a linear one;
 * :func:`forward_in_pieces` -- feed a sequence through a model in pieces (a prompt, then one
   token at a time) and record the cache's size after each piece.
 
-``gpt2k3.gpt2.generate(model, idx, n, cache_impl=HybridCache.for_model)`` decodes a hybrid
-through its cache.
+``gpt2k3.gpt2.generate(model, idx, n)`` decodes a hybrid through its layers' caches like any
+other model.
 
 The attention layers here are GPT-2's multi-head attention with learned positions; Kimi Linear
 uses multi-head latent attention without positional encoding. The cache *pattern* -- which layers
@@ -35,12 +35,11 @@ import torch.nn as nn
 
 from ..accounting import hybrid_layers
 from ..gpt2 import GPT, CausalSelfAttention, GPTConfig
-from ..kv_cache import KVCache
-from . import nbytes_of
+from ..cache import ModelCache, sizes_of
 from .delta import KDA
 
 __all__ = ["KDA_KIND", "ATTENTION_KIND", "hybrid_schedule", "hybrid_mixer", "hybrid_gpt",
-           "schedule_of", "HybridCache", "forward_in_pieces"]
+           "schedule_of", "forward_in_pieces"]
 
 KDA_KIND = "kda"
 ATTENTION_KIND = "attention"
@@ -107,116 +106,20 @@ def schedule_of(model: GPT) -> tuple[str, ...]:
                  for b in model.transformer.h)
 
 
-class HybridCache:
-    """The decode cache of a hybrid stack: a KV cache for the attention layers, a state for the rest.
-
-    It offers what both kinds of layer ask of a cache -- ``update(layer, k, v)`` for attention
-    (forwarded to a :class:`~gpt2k3.kv_cache.KVCache` that holds only the attention layers, so no
-    memory is reserved for the others) and ``get(layer)`` / ``set(layer, state)`` for the linear
-    layers -- plus the model's ``length`` / ``check_room`` / ``advance``.
-
-    ``nbytes`` counts what is allocated (the KV buffers for ``max_len`` tokens and the states);
-    ``used_nbytes`` what a decode step reads: the filled part of the KV cache plus the states.
-    """
-
-    def __init__(self, schedule: Sequence[str], batch: int, n_head: int, max_len: int,
-                 head_dim: int, dtype: torch.dtype = torch.float32, device=None):
-        self.schedule = _check_schedule(schedule)
-        self.attention_layers = tuple(i for i, s in enumerate(self.schedule) if s == ATTENTION_KIND)
-        self.linear_layers = tuple(i for i, s in enumerate(self.schedule) if s == KDA_KIND)
-        self._slot = {layer: slot for slot, layer in enumerate(self.attention_layers)}
-        self.kv = (KVCache(len(self.attention_layers), batch, n_head, max_len, head_dim,
-                           dtype=dtype, device=device) if self.attention_layers else None)
-        self.states: dict[int, object] = dict.fromkeys(self.linear_layers)
-        self.length = 0
-
-    @classmethod
-    def for_model(cls, model: GPT, batch: int = 1, max_len: int | None = None) -> "HybridCache":
-        """A cache for ``model`` (schedule read with :func:`schedule_of`), in its parameters'
-        dtype and device; ``max_len`` defaults to the model's block size."""
-        config, p = model.config, next(model.parameters())
-        return cls(schedule_of(model), batch, config.n_head, max_len or config.block_size,
-                   config.head_dim, dtype=p.dtype, device=p.device)
-
-    # ---------------------------------------------------------------- attention layers
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Write an attention layer's keys and values (see :meth:`KVCache.update`)."""
-        if layer not in self._slot:
-            raise ValueError(f"layer {layer} is not an attention layer; attention layers are "
-                             f"{self.attention_layers}")
-        return self.kv.update(self._slot[layer], k, v)
-
-    # ---------------------------------------------------------------- linear layers
-    def get(self, layer: int):
-        """A linear layer's state after the tokens seen so far (``None`` before the first)."""
-        self._check_linear(layer)
-        return self.states[layer]
-
-    def set(self, layer: int, state) -> None:
-        self._check_linear(layer)
-        self.states[layer] = state
-
-    def _check_linear(self, layer: int) -> None:
-        if layer not in self.states:
-            raise ValueError(f"layer {layer} is not a linear (KDA) layer; linear layers are "
-                             f"{self.linear_layers}")
-
-    # ---------------------------------------------------------------- the model's protocol
-    def check_room(self, t: int) -> None:
-        """Only the KV cache can run out of room; the states never do."""
-        if self.kv is not None:
-            self.kv.check_room(t)
-
-    def advance(self, t: int) -> None:
-        if self.kv is not None:
-            self.kv.advance(t)
-        self.length += t
-
-    def reset(self) -> None:
-        if self.kv is not None:
-            self.kv.reset()
-        self.states = dict.fromkeys(self.linear_layers)
-        self.length = 0
-
-    # ---------------------------------------------------------------- sizes
-    @property
-    def state_nbytes(self) -> int:
-        """Bytes of all linear layers' states: fixed once the first token is in."""
-        return sum(nbytes_of(s) for s in self.states.values())
-
-    @property
-    def kv_nbytes(self) -> int:
-        """Bytes of the filled part of the attention layers' KV cache: grows with every token."""
-        return self.kv.used_nbytes if self.kv is not None else 0
-
-    @property
-    def used_nbytes(self) -> int:
-        """What a decode step reads: the filled KV cache plus the states."""
-        return self.kv_nbytes + self.state_nbytes
-
-    @property
-    def nbytes(self) -> int:
-        """What is allocated: the KV buffers (for ``max_len`` tokens) plus the states."""
-        return (self.kv.nbytes if self.kv is not None else 0) + self.state_nbytes
-
-
 @torch.no_grad()
-def forward_in_pieces(model: GPT, idx: torch.Tensor, cache, sizes: Sequence[int]):
+def forward_in_pieces(model: GPT, idx: torch.Tensor, cache: ModelCache, sizes: Sequence[int]):
     """Run ``idx`` ``(B, T)`` through ``model`` in consecutive pieces of ``sizes`` tokens.
 
     ``sizes`` must add up to ``T`` (e.g. ``[prompt_len] + [1] * n_new``: a prefill, then one
     decode step per token). Returns ``(logits, used)``: the logits ``(B, T, vocab)`` of all
-    pieces, and after each piece the cache's ``used_nbytes`` (or ``nbytes`` if it has none).
+    pieces, and after each piece the cache's ``used_nbytes`` (what a decode step reads).
     """
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2:
         raise ValueError(f"idx must be a (B, T) tensor of token ids, got {getattr(idx, 'shape', idx)!r}")
-    sizes = list(sizes)
-    if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes) \
-            or sum(sizes) != idx.shape[1]:
-        raise ValueError(f"sizes must be positive ints adding up to T = {idx.shape[1]}, got {sizes}")
+    sizes = sizes_of(sizes, idx.shape[1])
     logits, used, start = [], [], 0
     for s in sizes:
         logits.append(model(idx[:, start:start + s], cache=cache))
-        used.append(getattr(cache, "used_nbytes", cache.nbytes))
+        used.append(cache.used_nbytes)
         start += s
     return torch.cat(logits, dim=1), used

@@ -15,9 +15,14 @@ So the whole past fits in a fixed-size state ``(S, z)`` instead of a growing KV 
 Three forms compute the same thing:
 
 * :func:`parallel` -- the masked ``T x T`` score matrix, O(T^2) work, the "attention" view;
-* :func:`recurrent` -- token by token through the state, O(T) work: the definition;
+* :func:`recurrent` -- token by token through the state, O(T) work: the definition, a plain loop
+  that shares nothing with the other forms but argument validation;
 * :func:`chunkwise` -- the masked parallel form inside chunks of ``chunk_size`` tokens and the
   recurrence between chunks: what fast kernels do.
+
+All three return ``(o, (S, z))``, the outputs and the state after the last token (for
+:func:`parallel`, ``S = K^T V`` and ``z = sum_s k_s``, the same state), and :func:`recurrent`
+and :func:`chunkwise` take an ``initial_state`` so a sequence can be processed in pieces.
 
 :func:`decode_step` is the recurrence for one new token with no loop around it -- the O(D^2)
 per-token cost of decoding with a state, which chapter 3 times against a KV cache.
@@ -25,13 +30,14 @@ per-token cost of decoding with a state, which chapter 3 times against a KV cach
 All take ``q, k`` *after* the feature map and apply no hidden ``1/sqrt(D)`` scale (the
 normalising denominator makes such a scale cancel anyway, up to the epsilon).
 
-**The epsilon.** ``eps`` (default ``EPS = 1e-6``) is added to the denominator ``q_t . z_t``
-and nowhere else. For non-negative features the denominator is a sum of non-negative terms, so
-it can only be zero when every ``q_t . k_s`` is zero -- and in floating point that happens:
-``elu1`` is computed as ``elu(x) + 1 = (exp(x) - 1) + 1``, which rounds to exactly 0 once
-``exp(x)`` drops below half the float32 spacing just under 1, i.e. for ``x`` below roughly
-``-17`` (the exact threshold depends on the vectorised ``expm1`` in use; about ``-37`` in
-float64). Without the epsilon such features give ``0/0 = NaN``; with it they give 0. Otherwise
+**The epsilon.** ``eps`` (default ``EPS = 1e-6``, and it must be ``> 0``) is added to the
+denominator ``q_t . z_t`` and nowhere else. For non-negative features the denominator is a sum of
+non-negative terms, so it can only be zero when every ``q_t . k_s`` is zero -- and in floating
+point that happens: ``elu1`` is computed as ``elu(x) + 1 = (exp(x) - 1) + 1``, which rounds to
+exactly 0 once ``exp(x)`` drops below half the float32 spacing just under 1, i.e. for ``x`` below
+roughly ``-17`` (the exact threshold depends on the vectorised ``expm1`` in use; about ``-37`` in
+float64). Without the epsilon such features would give ``0/0 = NaN``; with it they give 0, which
+is why ``eps = 0`` is refused with a ``ValueError`` rather than allowed to produce NaN. Otherwise
 it is negligible: with features of order one, ``q_t . z_t`` is of order ``t * D``.
 (flash-linear-attention uses ``1e-10``; pass ``eps=1e-10`` to match it.) With
 ``normalize=False`` the functions return only the numerator ``q_t S_t`` -- the unnormalised
@@ -53,9 +59,10 @@ import torch.nn.functional as F
 
 from .._validate import (
     check_chunk_size,
+    check_linear_state,
     check_nonnegative,
+    check_positive_float,
     check_qkv,
-    check_state,
     compute_dtype,
     output_dtype,
 )
@@ -79,55 +86,20 @@ def elu1(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
-# ---------------------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------------------
+def _check(q, k, v, initial_state, eps, normalize):
+    """Validate the arguments of every form (nothing is computed or cast here).
 
-
-def _check_eps(eps) -> float:
-    finite_nonneg = isinstance(eps, (int, float)) and 0 <= eps < float("inf")  # False for NaN
-    if isinstance(eps, bool) or not finite_nonneg:
-        raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
-    return float(eps)
-
-
-def _check_state(state, B, H, Dk, Dv):
-    """Check an incoming ``(S, z)``; return it as a tuple, or ``(None, None)`` for no state."""
-    if state is None:
-        return None, None
-    if not isinstance(state, (tuple, list)) or len(state) != 2:
-        raise ValueError(
-            "state must be a tuple (S, z) with S of shape (B, H, Dk, Dv) and z of shape "
-            f"(B, H, Dk); got {type(state).__name__}"
-        )
-    S, z = state
-    check_state(S, "state[0] (S)", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
-    check_state(z, "state[1] (z)", (B, H, Dk), "(B, H, Dk)")
-    return S, z
-
-
-def _prepare(q, k, v, normalize: bool, eps, state=None):
-    """Validate the inputs and cast them to the compute dtype.
-
-    Returns ``(dims, eps, out_dtype, q, k, v, S, z)`` with ``(S, z)`` the incoming state, or
-    zeros when there is none.
+    Returns ``((B, H, T, Dk, Dv), eps, S0, z0)`` with ``(S0, z0)`` the incoming state or
+    ``(None, None)``.
     """
-    B, H, T, Dk, Dv = check_qkv(q, k, v)
-    eps = _check_eps(eps)
+    dims = check_qkv(q, k, v)
+    eps = check_positive_float(eps, "eps")
     if normalize:
         check_nonnegative(q, "q", _NONNEG_HINT)
         check_nonnegative(k, "k", _NONNEG_HINT)
-    S, z = _check_state(state, B, H, Dk, Dv)
-    cdt, odt = compute_dtype(q, k, v, S, z), output_dtype(q, k, v)
-    q, k, v = (x.to(cdt) for x in (q, k, v))
-    S = q.new_zeros(B, H, Dk, Dv) if S is None else S.to(cdt)
-    z = q.new_zeros(B, H, Dk) if z is None else z.to(cdt)
-    return (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z
-
-
-def _causal_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``A[t, s] = q_t . k_s`` for ``s <= t`` and 0 above the diagonal."""
-    return (q @ k.transpose(-1, -2)).tril()
+    B, H, _, Dk, Dv = dims
+    S0, z0 = check_linear_state(initial_state, "initial_state", B, H, Dk, Dv)
+    return dims, eps, S0, z0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +107,7 @@ def _causal_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def parallel(q, k, v, eps: float = EPS, normalize: bool = True) -> torch.Tensor:
+def parallel(q, k, v, *, eps: float = EPS, normalize: bool = True):
     """Causal linear attention as a masked ``T x T`` product (quadratic in ``T``).
 
     ``A = tril(Q K^T)``; the output is ``A V`` divided, row by row, by ``rowsum(A) + eps``
@@ -143,35 +115,44 @@ def parallel(q, k, v, eps: float = EPS, normalize: bool = True) -> torch.Tensor:
 
     Args:
         q, k: ``(B, H, T, Dk)`` non-negative features. v: ``(B, H, T, Dv)``.
-        eps: added to the denominator (see the module docstring).
+        eps: a float ``> 0`` added to the denominator (see the module docstring).
         normalize: if False, return the numerator ``A V`` only.
 
     Returns:
-        ``o`` of shape ``(B, H, T, Dv)``.
+        ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` and the state after the last token,
+        ``S = K^T V`` and ``z = sum_s k_s`` (compute dtype, at least float32), as the other
+        forms return it.
     """
-    _, eps, odt, q, k, v, _, _ = _prepare(q, k, v, normalize, eps)
-    A = _causal_scores(q, k)
+    _, eps, _, _ = _check(q, k, v, None, eps, normalize)
+    cdt, odt = compute_dtype(q, k, v), output_dtype(q, k, v)
+    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
+    A = (q @ k.transpose(-1, -2)).tril()  # A[t, s] = q_t . k_s for s <= t
     o = A @ v
     if normalize:
         o = o / (A.sum(-1, keepdim=True) + eps)
-    return o.to(odt)
+    return o.to(odt), (k.transpose(-1, -2) @ v, k.sum(-2))
 
 
-def recurrent(q, k, v, state=None, eps: float = EPS, normalize: bool = True):
+def recurrent(q, k, v, *, initial_state=None, eps: float = EPS, normalize: bool = True):
     """Causal linear attention token by token: the definition.
 
     For each ``t``: ``S <- S + k_t^T v_t``, ``z <- z + k_t``, ``o_t = q_t S / (q_t . z + eps)``.
 
     Args:
         q, k: ``(B, H, T, Dk)`` non-negative features. v: ``(B, H, T, Dv)``.
-        state: optional ``(S, z)`` from a previous call, shapes ``(B, H, Dk, Dv)`` and ``(B, H, Dk)``.
+        initial_state: optional ``(S, z)`` from a previous call, shapes ``(B, H, Dk, Dv)`` and
+            ``(B, H, Dk)``.
         eps, normalize: as in :func:`parallel`.
 
     Returns:
         ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` and the state after the last token (kept in
         the compute dtype, at least float32).
     """
-    (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z = _prepare(q, k, v, normalize, eps, state)
+    (B, H, T, Dk, Dv), eps, S0, z0 = _check(q, k, v, initial_state, eps, normalize)
+    cdt, odt = compute_dtype(q, k, v, S0, z0), output_dtype(q, k, v)
+    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
+    S = q.new_zeros(B, H, Dk, Dv) if S0 is None else S0.to(cdt)
+    z = q.new_zeros(B, H, Dk) if z0 is None else z0.to(cdt)
     o = q.new_empty(B, H, T, Dv)
     for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
@@ -184,7 +165,48 @@ def recurrent(q, k, v, state=None, eps: float = EPS, normalize: bool = True):
     return o.to(odt), (S, z)
 
 
-def decode_step(q_t, k_t, v_t, state=None, eps: float = EPS, normalize: bool = True,
+def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float = EPS,
+              normalize: bool = True):
+    """Causal linear attention in chunks: masked parallel inside a chunk, state between chunks.
+
+    For a chunk with rows ``Q, K, V`` entered with state ``(S, z)``:
+    ``numerator = Q S + tril(Q K^T) V``, ``denominator = Q z + rowsum(tril(Q K^T)) + eps``, then
+    ``S <- S + K^T V`` and ``z <- z + sum_rows(K)``. The last chunk may be shorter than
+    ``chunk_size``; the result is exact for any ``T``.
+
+    Args:
+        q, k, v, initial_state, eps, normalize: as in :func:`recurrent`.
+        chunk_size: tokens per chunk, a positive int.
+
+    Returns:
+        ``(o, (S, z))`` as in :func:`recurrent`.
+    """
+    chunk_size = check_chunk_size(chunk_size)
+    (B, H, T, Dk, Dv), eps, S0, z0 = _check(q, k, v, initial_state, eps, normalize)
+    cdt, odt = compute_dtype(q, k, v, S0, z0), output_dtype(q, k, v)
+    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
+    S = q.new_zeros(B, H, Dk, Dv) if S0 is None else S0.to(cdt)
+    z = q.new_zeros(B, H, Dk) if z0 is None else z0.to(cdt)
+    o = q.new_empty(B, H, T, Dv)
+    for start in range(0, T, chunk_size):
+        c = slice(start, min(start + chunk_size, T))
+        q_c, k_c, v_c = q[:, :, c], k[:, :, c], v[:, :, c]
+        A = (q_c @ k_c.transpose(-1, -2)).tril()  # intra-chunk scores, causal
+        num = q_c @ S + A @ v_c  # inter-chunk (earlier chunks via S) + intra-chunk
+        if normalize:
+            num = num / (q_c @ z.unsqueeze(-1) + A.sum(-1, keepdim=True) + eps)
+        o[:, :, c] = num
+        S = S + k_c.transpose(-1, -2) @ v_c
+        z = z + k_c.sum(-2)
+    return o.to(odt), (S, z)
+
+
+# ---------------------------------------------------------------------------------------------
+# one decode step
+# ---------------------------------------------------------------------------------------------
+
+
+def decode_step(q_t, k_t, v_t, *, initial_state=None, eps: float = EPS, normalize: bool = True,
                 inplace: bool = False):
     """One decode step through the state: :func:`recurrent` for a single token, without the loop.
 
@@ -194,7 +216,7 @@ def decode_step(q_t, k_t, v_t, state=None, eps: float = EPS, normalize: bool = T
 
     Args:
         q_t, k_t: ``(B, H, 1, Dk)`` non-negative features. v_t: ``(B, H, 1, Dv)``.
-        state, eps, normalize: as in :func:`recurrent`.
+        initial_state, eps, normalize: as in :func:`recurrent` (the state so far).
         inplace: if False (default) the incoming state is left alone and a new one is returned.
             If True, ``S`` and ``z`` are updated in place when they are contiguous and already in
             the compute dtype (float32 or float64) -- as a KV cache is written in place, with no
@@ -203,9 +225,22 @@ def decode_step(q_t, k_t, v_t, state=None, eps: float = EPS, normalize: bool = T
     Returns:
         ``(o_t, (S, z))``: the output ``(B, H, 1, Dv)`` and the updated state.
     """
-    (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z = _prepare(q_t, k_t, v_t, normalize, eps, state)
+    (B, H, T, Dk, Dv), eps, S0, z0 = _check(q_t, k_t, v_t, initial_state, eps, normalize)
     if T != 1:
         raise ValueError(f"q_t, k_t and v_t must hold one token, shape (B, H, 1, D); got T={T}")
+    cdt, odt = compute_dtype(q_t, k_t, v_t, S0, z0), output_dtype(q_t, k_t, v_t)
+    q, k, v = q_t.to(cdt), k_t.to(cdt), v_t.to(cdt)
+    S = q.new_zeros(B, H, Dk, Dv) if S0 is None else S0.to(cdt)  # .to is a no-op in cdt
+    z = q.new_zeros(B, H, Dk) if z0 is None else z0.to(cdt)
+    o, S, z = _decode(q, k, v, S, z, eps, normalize, inplace)
+    return o.to(odt), (S, z)
+
+
+def _decode(q, k, v, S, z, eps: float, normalize: bool, inplace: bool):
+    """The step itself, on validated inputs in the compute dtype (``benchmarks/crossover.py``
+    times this, so that the per-call validation does not count as the state's cost)."""
+    B, H, _, Dk = q.shape
+    Dv = v.shape[-1]
     k_col = k.reshape(B * H, 1, Dk).transpose(1, 2)  # (BH, Dk, 1)
     v_row = v.reshape(B * H, 1, Dv)  # (BH, 1, Dv)
     if inplace and S.is_contiguous() and z.is_contiguous():
@@ -217,42 +252,10 @@ def decode_step(q_t, k_t, v_t, state=None, eps: float = EPS, normalize: bool = T
     o = q @ S  # (B, H, 1, Dv)
     if normalize:
         o = o / (q @ z.unsqueeze(-1) + eps)
-    return o.to(odt), (S, z)
+    return o, S, z
 
 
-def chunkwise(q, k, v, chunk_size: int = 64, state=None, eps: float = EPS, normalize: bool = True):
-    """Causal linear attention in chunks: masked parallel inside a chunk, state between chunks.
-
-    For a chunk with rows ``Q, K, V`` entered with state ``(S, z)``:
-    ``numerator = Q S + tril(Q K^T) V``, ``denominator = Q z + rowsum(tril(Q K^T)) + eps``, then
-    ``S <- S + K^T V`` and ``z <- z + sum_rows(K)``. The last chunk may be shorter than
-    ``chunk_size``; the result is exact for any ``T``.
-
-    Args:
-        q, k, v, state, eps, normalize: as in :func:`recurrent`.
-        chunk_size: tokens per chunk, a positive int.
-
-    Returns:
-        ``(o, (S, z))`` as in :func:`recurrent`.
-    """
-    chunk_size = check_chunk_size(chunk_size)
-    (B, H, T, Dk, Dv), eps, odt, q, k, v, S, z = _prepare(q, k, v, normalize, eps, state)
-    o = q.new_empty(B, H, T, Dv)
-    for start in range(0, T, chunk_size):
-        c = slice(start, min(start + chunk_size, T))
-        q_c, k_c, v_c = q[:, :, c], k[:, :, c], v[:, :, c]
-        A = _causal_scores(q_c, k_c)  # intra-chunk, causal
-        num = q_c @ S + A @ v_c  # inter-chunk (earlier chunks via S) + intra-chunk
-        if normalize:
-            den = q_c @ z.unsqueeze(-1) + A.sum(-1, keepdim=True) + eps
-            num = num / den
-        o[:, :, c] = num
-        S = S + k_c.transpose(-1, -2) @ v_c
-        z = z + k_c.sum(-2)
-    return o.to(odt), (S, z)
-
-
-def seed_prefill(q, k, v, eps: float = EPS):
+def seed_prefill(q, k, v, *, eps: float = EPS):
     """The seed article's one-shot prefill -- deliberately WRONG for ``T > 1``.
 
     It builds the state from the whole prompt at once, ``S = K^T V = sum_s k_s^T v_s`` and
@@ -265,7 +268,9 @@ def seed_prefill(q, k, v, eps: float = EPS):
     Returns:
         ``(o, (S, z))``.
     """
-    _, eps, odt, q, k, v, _, _ = _prepare(q, k, v, True, eps)
+    _, eps, _, _ = _check(q, k, v, None, eps, True)
+    cdt, odt = compute_dtype(q, k, v), output_dtype(q, k, v)
+    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
     S = k.transpose(-1, -2) @ v  # (B, H, Dk, Dv): all T tokens, including the future
     z = k.sum(-2)  # (B, H, Dk)
     o = (q @ S) / (q @ z.unsqueeze(-1) + eps)

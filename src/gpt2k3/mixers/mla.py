@@ -61,6 +61,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..cache import LayerCache
+
 __all__ = [
     "MLAConfig",
     "MLA",
@@ -139,11 +141,13 @@ class MLAConfig:
         ``num_attention_heads`` 128, ``q_lora_rank`` 1536, ``kv_lora_rank`` 512,
         ``qk_nope_head_dim`` 128, ``qk_rope_head_dim`` 64, ``v_head_dim`` 128, ``rope_theta``
         10000, ``max_position_embeddings`` 163840); transformers' ``DeepseekV3Config`` has the
-        same defaults.  YaRN scaling (factor 40) is not modelled.
+        same defaults.  YaRN scaling (factor 40) is not modelled.  The sizes come from
+        :data:`gpt2k3.archs.DEEPSEEK_V3` (:meth:`from_spec`), the one place they are written;
+        ``rope_theta`` is not part of a spec and is given here.
         """
-        return cls(d_model=7168, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                   rope_theta=10000.0, max_len=163840)
+        from ..archs import DEEPSEEK_V3
+
+        return cls.from_spec(DEEPSEEK_V3, rope_theta=10000.0)
 
     @classmethod
     def kimi_k2(cls) -> "MLAConfig":
@@ -152,11 +156,12 @@ class MLAConfig:
         From the config.json of moonshotai/Kimi-K2-Instruct (``num_attention_heads`` 64,
         ``rope_theta`` 50000, ``max_position_embeddings`` 131072, the MLA ranks and head dims as
         in DeepSeek-V3); the Kimi K2 report (arXiv:2507.20534) motivates the halved head count by
-        its inference cost at long context.  YaRN scaling is not modelled.
+        its inference cost at long context.  YaRN scaling is not modelled.  The sizes come from
+        :data:`gpt2k3.archs.KIMI_K2` (:meth:`from_spec`); ``rope_theta`` is given here.
         """
-        return cls(d_model=7168, n_heads=64, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-                   rope_theta=50000.0, max_len=131072)
+        from ..archs import KIMI_K2
+
+        return cls.from_spec(KIMI_K2, rope_theta=50000.0)
 
     @classmethod
     def from_spec(cls, spec, **overrides) -> "MLAConfig":
@@ -224,8 +229,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float, interleav
     return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
 
 
-class LatentCache:
-    """Preallocated MLA cache for one layer.
+class LatentCache(LayerCache):
+    """Preallocated MLA cache for one layer (the protocol of :mod:`gpt2k3.cache`).
 
     Holds ``c_kv`` of shape ``(B, max_len, kv_lora_rank)`` (already RMS-normalised) and the
     already-rotated shared key ``k_rope`` of shape ``(B, max_len, qk_rope_head_dim)``; ``length``
@@ -237,9 +242,9 @@ class LatentCache:
         for name, value in (("batch_size", batch_size), ("max_len", max_len),
                             ("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", qk_rope_head_dim)):
             _check_positive_int(name, value)
+        super().__init__()
         self.c_kv = torch.zeros(batch_size, max_len, kv_lora_rank, dtype=dtype, device=device)
         self.k_rope = torch.zeros(batch_size, max_len, qk_rope_head_dim, dtype=dtype, device=device)
-        self.length = 0
 
     @property
     def batch_size(self) -> int:
@@ -259,8 +264,14 @@ class LatentCache:
         """Bytes of the preallocated buffers (full capacity, not just the filled part)."""
         return self.c_kv.nbytes + self.k_rope.nbytes
 
-    def append(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> None:
-        """Write ``T`` new positions at ``length``.
+    @property
+    def used_nbytes(self) -> int:
+        """Bytes of the filled part: what one decode step reads."""
+        return self.nbytes * self.length // self.max_len
+
+    def extend(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``T`` new positions at ``length``, move ``length`` by ``T`` and return the
+        filled part (as :meth:`view`).
 
         ``c_kv`` is ``(B, T, kv_lora_rank)`` (normalised), ``k_rope`` ``(B, T, qk_rope_head_dim)``
         (rotated).
@@ -273,20 +284,16 @@ class LatentCache:
         if not isinstance(k_rope, torch.Tensor) or tuple(k_rope.shape) != (b, t, dr):
             shape = tuple(k_rope.shape) if isinstance(k_rope, torch.Tensor) else type(k_rope).__name__
             raise ValueError(f"k_rope must have shape ({b}, {t}, {dr}), got {shape}")
-        if self.length + t > self.max_len:
-            raise ValueError(f"cache overflow: writing {t} positions at length {self.length} "
-                             f"exceeds max_len={self.max_len}")
-        self.c_kv[:, self.length:self.length + t] = c_kv
-        self.k_rope[:, self.length:self.length + t] = k_rope
-        self.length += t
+        start = self.length
+        self._advance(t)
+        self.c_kv[:, start:self.length] = c_kv
+        self.k_rope[:, start:self.length] = k_rope
+        return self.view()
 
     def view(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The filled part: ``(c_kv[:, :length], k_rope[:, :length])``."""
         return self.c_kv[:, :self.length], self.k_rope[:, :self.length]
 
-    def reset(self) -> None:
-        """Forget all positions (buffers are kept)."""
-        self.length = 0
 
 
 class MLA(nn.Module):
@@ -390,13 +397,26 @@ class MLA(nn.Module):
         return self._merge_heads(p @ v)
 
     # ------------------------------------------------------------------ public forms
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Training form: causal attention over ``x`` ``(B, T, d_model)`` at positions ``0..T-1``."""
-        self._check_x(x)
-        c_kv, k_rope = self._latents(x, self._positions(0, x.shape[1]))
-        return self._attend_expanded(x, c_kv, k_rope, q_start=0)
+    #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
+    #: several tokens, and every step when False, use the expanded form (:meth:`decode_naive`)
+    absorb: bool = True
 
-    def new_cache(self, batch_size: int, max_len: int | None = None,
+    def forward(self, x: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
+        """Without a cache, the training form: causal attention over ``x`` ``(B, T, d_model)`` at
+        positions ``0..T-1``. With this layer's :class:`LatentCache` (:meth:`new_cache`), ``x``
+        continues the cached sequence: its latents are appended and it attends to all of them
+        -- so :class:`gpt2k3.gpt2.GPT` can hold MLA as a token mixer."""
+        self._check_x(x)
+        if cache is None:
+            c_kv, k_rope = self._latents(x, self._positions(0, x.shape[1]))
+            return self._attend_expanded(x, c_kv, k_rope, q_start=0)
+        if not isinstance(cache, LatentCache):
+            raise ValueError(f"cache must be a LatentCache (from new_cache), got {type(cache).__name__}")
+        if self.absorb and x.shape[1] == 1:
+            return self.decode_absorbed(x, cache)
+        return self.decode_naive(x, cache)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None, *,
                   dtype: torch.dtype | None = None,
                   device: torch.device | str | None = None) -> LatentCache:
         """An empty :class:`LatentCache` for this layer (``max_len`` defaults to ``cfg.max_len``,
@@ -420,7 +440,7 @@ class MLA(nn.Module):
             raise ValueError(
                 f"cache overflow: {t} new positions at length {start} exceed max_len={cache.max_len}"
             )
-        cache.append(*self._latents(x, self._positions(start, t)))
+        cache.extend(*self._latents(x, self._positions(start, t)))
         return start
 
     def prefill(self, x: torch.Tensor, cache: LatentCache) -> torch.Tensor:

@@ -41,7 +41,7 @@ def interference_explorer(d: int = 16, n: int = 32, beta: float = 1.0) -> Explor
 def chunk_cost_explorer(T: int = 4096, d: int = 64, chunk_size: int = 64) -> Explorer:
     """Free the sequence length, the head dimension and the chunk size: FLOPs per token and
     sequential steps of the chunkwise form against the token-by-token one (a model, not a
-    measurement: see :func:`gpt2k3.mixers.delta.chunkwise_cost`)."""
+    measurement: see :func:`gpt2k3.mixers.wy.chunkwise_cost`)."""
     T_w = W.IntSlider(value=T, min=64, max=65536, step=64, description="tokens T", style=_STYLE)
     d_w = W.IntSlider(value=d, min=16, max=512, step=16, description="head dim d", style=_STYLE)
     c_w = W.SelectionSlider(options=[2**i for i in range(11)], value=chunk_size,

@@ -8,7 +8,8 @@ from dataclasses import fields
 
 import ipywidgets as W
 
-from ..accounting import _NORMS, _MLPS, _POSITIONS, ATTENTION_KINDS, ArchSpec, hybrid_layers
+from ..accounting import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, hybrid_layers,
+                          hybrid_spec)
 from ..archs import K3_SCALE
 from ..figures.k3 import BATCHES, CACHE_DTYPES, CONTEXTS, WEIGHT_DTYPES, k3_dashboard
 from ._explorer import Explorer, explorer
@@ -16,7 +17,7 @@ from ._explorer import Explorer, explorer
 __all__ = ["k3_explorer", "spec_controls", "spec_from_controls"]
 
 _STYLE = {"description_width": "initial"}
-_CHOICES = {"norm": _NORMS, "mlp": _MLPS, "position": _POSITIONS, "attention": ATTENTION_KINDS}
+_CHOICES = {"norm": NORMS, "mlp": MLPS, "position": POSITIONS, "attention": ATTENTION_KINDS}
 #: Fields the explorer does not offer: the label and citation, and the KDA layer list, which
 #: the schedule control writes.
 _SKIP = ("name", "source", "kda_layers")
@@ -72,8 +73,8 @@ def spec_from_controls(base: ArchSpec, values: dict, ratio: int | None) -> ArchS
     n_layer = changes.get("n_layer", base.n_layer)
     if not isinstance(n_layer, int) or n_layer < 1:
         raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
-    layers = tuple(range(n_layer)) if ratio is None else hybrid_layers(n_layer, ratio)
-    return base.with_(name=f"{base.name} (edited)", kda_layers=layers, **changes)
+    edited = base.with_(kda_layers=(), **changes)
+    return hybrid_spec(edited, ratio).with_(name=f"{base.name} (edited)")
 
 
 def k3_explorer(base: ArchSpec = K3_SCALE) -> Explorer:

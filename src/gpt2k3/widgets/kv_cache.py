@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipywidgets as W
 
-from ..figures.kv_cache import DTYPE_BYTES, decode_step_bytes, registered_specs
+from ..accounting import DTYPE_BYTES
+from ..figures.kv_cache import decode_step_bytes, registered_specs
 from ._explorer import Explorer, explorer
 
 __all__ = ["cache_explorer"]

@@ -7,6 +7,7 @@ import ipywidgets as W
 
 from ..accounting import ArchSpec, count_params, kv_cache_bytes
 from ..archs import DEEPSEEK_V3
+from ..display import fmt_gb
 from ..figures.mla_moe import PARAM_SPECS, moe_routing, param_components
 from ._explorer import Explorer, explorer
 
@@ -50,11 +51,11 @@ def moe_explorer(base: ArchSpec = DEEPSEEK_V3) -> Explorer:
                           kv_lora_rank=latent)
         fig = param_components([*PARAM_SPECS, spec], active=len(PARAM_SPECS))
         c = count_params(spec)
-        cache = kv_cache_bytes(spec, context, dtype_bytes=2) / 1e9
+        cache = kv_cache_bytes(spec, context, dtype_bytes=2)
         fig.update_layout(title_text=(
             f"your model: {c.total:,} parameters, {c.active:,} active per token "
             f"({100 * c.active_fraction:.1f}%)<br>bf16 KV cache of one {context:,}-token "
-            f"sequence: {cache:.3g} GB"), margin_t=160)
+            f"sequence: {fmt_gb(cache)}"), margin_t=160)
         return fig
 
     return explorer({"experts": experts, "top_k": top_k, "shared": shared, "d_expert": d_expert,

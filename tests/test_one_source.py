@@ -1,0 +1,166 @@
+"""One source of numbers: every chapter's bytes per decode step, state size, H200 and published
+configuration come from one definition in :mod:`gpt2k3.accounting` / :mod:`gpt2k3.archs`."""
+
+import ast
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpt2k3 import accounting, display, figures
+from gpt2k3.accounting import (H200, STATE_DTYPE_BYTES, decode_bytes, decode_bytes_per_token,
+                               expected_distinct_experts, hybrid_cache_bytes, roofline,
+                               state_bytes, weight_and_cache_bytes)
+from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B
+from gpt2k3.figures import k3 as ch8
+from gpt2k3.figures import kv_cache as ch2
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gpt2k3"
+SPECS = (DEEPSEEK_V3, KIMI_LINEAR_48B, KIMI_K2)
+CONTEXTS = (4096, 1 << 20)
+BATCHES = (1, 64)
+
+
+# ------------------------------------------------------------------ bytes per decode step
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_chapters_2_7_and_8_report_the_same_bytes_per_decode_step(spec, context, batch):
+    # chapter 2: the figure-side split of a step into weights and cache (+ state)
+    w, c = ch2.weight_and_cache_bytes(spec, context, batch, 2, 2)
+    # chapter 8: the roofline's bytes per step (bf16 weights and cache, float32 state)
+    step8 = roofline(spec, context, batch, H200, 1, 2, 2, ch8.STATE_BYTES).bytes_per_step
+    # chapter 7: bytes per token, with the defaults its table uses
+    step7 = decode_bytes_per_token(spec, context, batch=batch) * batch
+    assert w + c == pytest.approx(step8, rel=1e-12)
+    assert step7 == pytest.approx(step8, rel=1e-12)
+    assert w + c == pytest.approx(decode_bytes(spec, context, batch).total, rel=1e-12)
+    # chapter 2's bars are the same numbers
+    fig = figures.decode_step_bytes([spec], contexts=(context,), batch=batch)
+    assert fig.data[0].y[0] + fig.data[1].y[0] == pytest.approx(step8, rel=1e-5)
+
+
+def test_chapter_2_uses_the_wake_up_of_experts():
+    # at B = 256 DeepSeek-V3 reads nearly all its experts, so its weights per step grow
+    touched = expected_distinct_experts(DEEPSEEK_V3.n_routed_experts, DEEPSEEK_V3.top_k, 256)
+    assert touched / DEEPSEEK_V3.n_routed_experts > 0.99
+    w1, _ = ch2.weight_and_cache_bytes(DEEPSEEK_V3, 4096, 1)
+    w256, _ = ch2.weight_and_cache_bytes(DEEPSEEK_V3, 4096, 256)
+    assert w256 / w1 > 10
+    assert decode_bytes(DEEPSEEK_V3, 4096, 256).experts_per_layer == touched
+
+
+def test_the_function_chapter_2_uses_is_the_accounting():
+    assert ch2.weight_and_cache_bytes is weight_and_cache_bytes
+    assert ch8.full_attention is accounting.full_attention
+    assert not hasattr(ch2, "DTYPE_BYTES") and not hasattr(ch2, "human_bytes")
+
+
+# ------------------------------------------------------------------ state size
+def test_one_state_size_float32_everywhere():
+    assert STATE_DTYPE_BYTES == 4 == ch8.STATE_BYTES
+    s = KIMI_LINEAR_48B
+    per_layer = accounting.state_numbers_per_layer(s)
+    assert per_layer == accounting.mixer_state_numbers(s.kda_n_head, s.kda_head_dim,
+                                                       conv_kernel=s.kda_conv_kernel)
+    # chapter 6 (hybrid figure), chapter 7 (table default) and chapter 8 (memory per sequence)
+    st = state_bytes(s)
+    assert st == s.n_kda_layers * sum(per_layer.values()) * 4
+    assert hybrid_cache_bytes(s, 3, 1)["state"] == st
+    assert accounting.memory_per_sequence(s, 0) == st
+    assert display.fmt_decimal_bytes(st) == "44.9 MB" and display.fmt_bytes(st) == "42.8 MiB"
+    # linear attention's state adds the normaliser z; a delta-rule state is S alone
+    assert accounting.mixer_state_numbers(4, 16, normalizer=True)["recurrent"] == 4 * (16 * 16 + 16)
+    assert accounting.mixer_state_numbers(4, 16) == {"recurrent": 4 * 16 * 16, "conv": 0}
+    assert accounting.mixer_state_numbers(4, 16, conv_kernel=4)["conv"] == 3 * 4 * 3 * 16
+    for bad in (dict(n_head=0), dict(d_key=-1), dict(d_value=0), dict(conv_kernel=-1),
+                dict(normalizer=1)):
+        kw = {"n_head": 4, "d_key": 16, **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            accounting.mixer_state_numbers(**kw)
+
+
+# ------------------------------------------------------------------ hardware, units, format
+def test_one_h200_and_one_dtype_table():
+    assert figures.H200_MEMORY_BYTES == H200.memory_bytes == 141e9
+    assert (H200.bandwidth, H200.peak_flops) == (4.8e12, 989e12)
+    assert accounting.DTYPE_BYTES == {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
+    with pytest.raises(ValueError, match="weight_dtype"):
+        accounting.dtype_bytes("weight_dtype", "fp16")
+
+
+OWNED_FIGURES = ("gpt2", "kv_cache", "gates", "mla_moe", "k3", "recall")
+
+
+@pytest.mark.parametrize("module", OWNED_FIGURES)
+def test_figures_define_no_formatter_and_no_model_logic(module):
+    tree = ast.parse((SRC / "figures" / f"{module}.py").read_text())
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for name in ("human_bytes", "fmt_bytes", "fmt_gb", "fmt_count", "_gb", "_short",
+                 "hybrid_spec", "hybrid_cache_bytes", "ratio_label", "full_attention",
+                 "weight_and_cache_bytes", "mla_cache_variants"):
+        assert name not in defined, f"figures/{module}.py defines {name}"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "figures").glob("*.py"))
+                         + sorted((SRC / "widgets").glob("*.py")), ids=lambda p: p.name)
+def test_no_figure_or_widget_imports_a_private_name(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                assert not alias.name.startswith("_"), f"{path.name} imports {alias.name}"
+
+
+def test_formatters():
+    assert display.fmt_bytes(1536) == "1.5 KiB" and display.fmt_bytes(12) == "12 B"
+    assert display.fmt_decimal_bytes(19.3e9) == "19.3 GB" and display.fmt_gb(15.7e6) == "0.0157 GB"
+    assert display.fmt_count(671026404352) == "671B" and display.fmt_count(124439808) == "124M"
+    assert display.fmt_count(-4_974_592, sign=True) == "−4.97M"
+    assert display.sig(123456789.0, 3) == 123000000.0 and display.sig(0.000123456, 2) == 0.00012
+    for f in (display.fmt_bytes, display.fmt_decimal_bytes, display.fmt_gb, display.fmt_count):
+        with pytest.raises(ValueError, match="n"):
+            f(math.nan)
+
+
+# ------------------------------------------------------------------ published configurations
+def test_published_layer_configs_derive_from_archs():
+    from gpt2k3.mixers.mla import MLAConfig
+    from gpt2k3.moe import MoEConfig
+
+    for spec, mla, moe in ((DEEPSEEK_V3, MLAConfig.deepseek_v3(), MoEConfig.deepseek_v3()),
+                           (KIMI_K2, MLAConfig.kimi_k2(), MoEConfig.kimi_k2())):
+        assert mla == MLAConfig.from_spec(spec, rope_theta=mla.rope_theta)
+        assert (mla.d_model, mla.n_heads, mla.kv_lora_rank, mla.max_len) == (
+            spec.d_model, spec.n_head, spec.kv_lora_rank, spec.max_positions)
+        assert moe == MoEConfig.from_spec(spec, routed_scaling_factor=moe.routed_scaling_factor,
+                                          n_group=moe.n_group, topk_group=moe.topk_group)
+        assert (moe.n_routed_experts, moe.top_k, moe.d_expert, moe.n_shared_experts) == (
+            spec.n_routed_experts, spec.top_k, spec.d_expert, spec.n_shared_experts)
+    assert MoEConfig.deepseek_v3().routed_scaling_factor == 2.5
+    assert (MoEConfig.kimi_k2().n_routed_experts, MLAConfig.kimi_k2().n_heads) == (384, 64)
+    with pytest.raises(ValueError, match="n_routed_experts"):
+        MoEConfig.from_spec(DEEPSEEK_V3.with_(n_routed_experts=0, n_shared_experts=0, top_k=0))
+    from gpt2k3.archs import KIMI_K3
+
+    with pytest.raises(ValueError, match="latent"):
+        MoEConfig.from_spec(KIMI_K3)
+
+
+def test_archs_holds_no_transformers_helpers():
+    from gpt2k3 import archs
+
+    assert not hasattr(archs, "hf_meta_model") and not hasattr(archs, "hf_config")
+
+
+# ------------------------------------------------------------------ torch-free accounting
+def test_accounting_imports_no_torch():
+    for path in sorted((SRC / "accounting").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "torch" for n in names), path.name
+    code = ("import sys, gpt2k3.accounting, gpt2k3.archs, gpt2k3.display; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
