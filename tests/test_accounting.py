@@ -407,7 +407,7 @@ def test_moe_explorer_keeps_top_k_within_the_experts_and_redraws():
         moe_explorer(GPT2_SMALL)
 
 
-# ----------------------------------------------------------------------------- chapter 8:
+# ----------------------------------------------------------------------------- chapter 9:
 # hardware, serving memory, the roofline and serving plans
 import math  # noqa: E402
 

@@ -120,7 +120,7 @@ def test_hybrid_cache_figure():
     assert list(kimi.args[2]) == [0, 1, 3]  # the all-attention reference line stays put
     totals = kimi.args[0]["y"][2]
     assert totals[-1] == figures.hybrid_cache_bytes(KIMI_LINEAR_48B, 3, 1 << 16)["total"]
-    assert fmt_decimal_bytes(totals[-1]) in kimi.args[1]["title.text"]  # decimal, as chapters 7-8
+    assert fmt_decimal_bytes(totals[-1]) in kimi.args[1]["title.text"]  # decimal, as chapters 7-9
     assert "7 of 27 layers keep a growing cache" in kimi.args[1]["title.text"]
     assert fig.layout.yaxis.type == "log" and fig.layout.xaxis2.type == "log"
 

@@ -1,4 +1,4 @@
-"""Chapter 8: K3_SCALE, the hybrid invariants at K3 scale, Kimi Linear's claims against the
+"""Chapter 9: K3_SCALE, the hybrid invariants at K3 scale, Kimi Linear's claims against the
 roofline, the GPT-2 -> K3 table, and the chapter's figures and explorer."""
 
 import math

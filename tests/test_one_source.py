@@ -30,7 +30,7 @@ BATCHES = (1, 64)
 def test_chapters_2_7_and_8_report_the_same_bytes_per_decode_step(spec, context, batch):
     # chapter 2: the figure-side split of a step into weights and cache (+ state)
     w, c = ch2.weight_and_cache_bytes(spec, context, batch, 2, 2)
-    # chapter 8: the roofline's bytes per step (bf16 weights and cache, float32 state)
+    # chapter 9: the roofline's bytes per step (bf16 weights and cache, float32 state)
     step8 = roofline(spec, context, batch, H200, 1, 2, 2, ch8.STATE_BYTES).bytes_per_step
     # chapter 7: bytes per token, with the defaults its table uses
     step7 = decode_bytes_per_token(spec, context, batch=batch) * batch
@@ -65,7 +65,7 @@ def test_one_state_size_float32_everywhere():
     per_layer = accounting.state_numbers_per_layer(s)
     assert per_layer == accounting.mixer_state_numbers(s.kda_n_head, s.kda_head_dim,
                                                        conv_kernel=s.kda_conv_kernel)
-    # chapter 6 (hybrid figure), chapter 7 (table default) and chapter 8 (memory per sequence)
+    # chapter 6 (hybrid figure), chapter 7 (table default) and chapter 9 (memory per sequence)
     st = state_bytes(s)
     assert st == s.n_kda_layers * sum(per_layer.values()) * 4
     assert hybrid_cache_bytes(s, 3, 1)["state"] == st

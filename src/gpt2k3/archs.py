@@ -31,12 +31,12 @@ weights on Hugging Face (field names in brackets below):
 ``PUBLISHED`` holds the headline sizes the model cards and reports state (rounded), so the
 chapters can set them beside the exact counts.
 
-``K3_SCALE`` (chapter 8) is *not* a published configuration and not Kimi K3 (that is
+``K3_SCALE`` (chapter 9) is *not* a published configuration and not Kimi K3 (that is
 ``KIMI_K3``): it is an illustrative model of about 2.8 trillion parameters in the Kimi Linear
 style, written before K3's configuration was public, built from Kimi K2's published sizes
 and Kimi Linear's published layer design, with two sizes chosen to reach 2.8T.
 ``K3_ASSUMPTIONS`` lists every choice with its status and source.  ``KIMI_LINEAR_CLAIMS``
-holds the efficiency claims of the Kimi Linear report that chapter 8 checks against the
+holds the efficiency claims of the Kimi Linear report that chapter 9 checks against the
 accounting, quoted as published.
 """
 
@@ -257,7 +257,7 @@ K3_TOTAL_PARAMS = 2.8e12
 #: An *illustrative* Kimi-K3-scale configuration, not Kimi K3 (the published one is
 #: ``KIMI_K3``): about 2.81T parameters, 40.6B active, from Kimi K2's widths and experts, Kimi
 #: Linear's 3:1 KDA/MLA layer design, 63 layers and 1,024 routed experts, written before K3's
-#: configuration was public and kept because chapter 8 still uses it.  Every choice and its
+#: configuration was public and kept because chapter 9 still uses it.  Every choice and its
 #: source is in ``K3_ASSUMPTIONS``.
 K3_SCALE = KIMI_K2.with_(
     name="K3-scale", n_layer=63, n_routed_experts=1024, position="none", max_positions=1 << 20,

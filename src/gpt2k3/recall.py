@@ -1,4 +1,4 @@
-r"""Learned recall: tiny GPTs with a swappable token mixer, trained on MQAR (chapter 9).
+r"""Learned recall: tiny GPTs with a swappable token mixer, trained on MQAR (chapter 10).
 
 Every model here is :class:`gpt2k3.gpt2.GPT` -- embeddings, pre-LayerNorm blocks, MLPs, tied
 head -- with only the token mixer swapped (``GPT(config, mixer=...)``):
@@ -50,7 +50,7 @@ __all__ = ["MIXERS", "MIXER_LABELS", "CONV_MODES", "GATE_INITS", "SLOW_GATE_RATE
            "TrainResult", "ConvProjection", "mixer_factory", "build_model", "state_numbers",
            "masked_loss", "evaluate", "train", "sweep_results", "sweep_config", "sweep_point"]
 
-#: The mixers compared in chapter 9, in the book's order.
+#: The mixers compared in chapter 10, in the book's order.
 MIXERS = ("softmax", "linear", "deltanet", "gated_deltanet", "kda")
 #: Display names.
 MIXER_LABELS = {"softmax": "Softmax attention", "linear": "Linear attention", "deltanet": "DeltaNet",
@@ -134,7 +134,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The training loop's settings (see :func:`train`); the defaults are chapter 9's sweep.
+    """The training loop's settings (see :func:`train`); the defaults are chapter 10's sweep.
 
     ``checkpoints`` evaluations are spread evenly over the run, the last one after the final
     step; each scores ``eval_examples`` held-out sequences per task.

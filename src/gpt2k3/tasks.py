@@ -1,4 +1,4 @@
-r"""Multi-query associative recall (MQAR): the synthetic task of chapter 9.
+r"""Multi-query associative recall (MQAR): the synthetic task of chapter 10.
 
 A sequence first lists ``P`` key-value pairs, then asks for some of the keys again; at every
 query the model must output the value that was paired with that key::
@@ -10,7 +10,7 @@ Linear papers use to measure in-context recall. Nothing but the sequence itself 
 which value goes with which key -- the pairs are drawn afresh for every sequence -- so a model can
 only solve it by *storing* the pairs as it reads them and *retrieving* one per query. Softmax
 attention keeps every token and can look back at the key; a fixed-size state must hold all
-``P`` associations at once, which is what chapter 9 measures.
+``P`` associations at once, which is what chapter 10 measures.
 
 The vocabulary is split in three: token ``0`` is a blank (filler), keys are drawn from the
 tokens ``1 .. n_key_tokens``, values from the rest. Keys within a sequence are distinct unless

@@ -57,7 +57,7 @@ MoE layer, 82,432 in all -- too few to move either published figure).  A checkpo
 store it: :func:`stored_elements` counts what a released checkpoint holds, packed experts,
 scales and such buffers included.
 
-Hardware, memory and time (chapter 8)
+Hardware, memory and time (chapter 9)
 -------------------------------------
 :class:`Hardware` describes an accelerator: :data:`H200` holds NVIDIA's datasheet figures,
 :data:`H200_MEASURED` the bandwidth measured on one, and :data:`H200_BAND` pairs them.

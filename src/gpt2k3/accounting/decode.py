@@ -12,7 +12,7 @@ A decode step of ``B`` sequences, each at ``T`` cached positions, reads
   (:func:`~gpt2k3.accounting.memory.state_bytes`, float32 by default).
 
 :func:`decode_bytes` returns the three parts per step (and per token); every chapter's bytes
-per step -- chapter 2's bars and crossover, chapter 7's table, chapter 8's roofline -- are
+per step -- chapter 2's bars and crossover, chapter 7's table, chapter 9's roofline -- are
 this function.  Real routing is correlated, so the expert term is a model, not a measurement;
 activations and the cache write of the new token are ignored.
 """

@@ -1,4 +1,4 @@
-"""Chapter 8 (K3-scale accounting): memory, bytes, FLOPs and time per token of a 2.8T-parameter
+"""Chapter 9 (K3-scale accounting): memory, bytes, FLOPs and time per token of a 2.8T-parameter
 hybrid, how many H200s it needs, Kimi Linear's published claims checked against the roofline,
 and the road from GPT-2 in one table.
 
@@ -81,7 +81,7 @@ def _finish(fig: go.Figure, steps: list[Step], prefix: str, active: int,
 def hybrid_speedups(spec: ArchSpec = KIMI_LINEAR_48B, context_len: int = 1 << 20,
                     hardware: Hardware = H200, n_devices: int = 1, weight_bytes: float = 2,
                     cache_bytes: float = 2, state_dtype_bytes: float = STATE_BYTES) -> dict:
-    """:func:`gpt2k3.accounting.hybrid_speedups`, with chapter 8's model (Kimi Linear 48B-A3B)
+    """:func:`gpt2k3.accounting.hybrid_speedups`, with chapter 9's model (Kimi Linear 48B-A3B)
     and context (a million tokens) as defaults."""
     return accounting.hybrid_speedups(spec, context_len, hardware, n_devices, weight_bytes,
                                       cache_bytes, state_dtype_bytes)

@@ -1,4 +1,4 @@
-"""Chapter 9 (learned recall): accuracy against the number of pairs, and the training curves.
+"""Chapter 10 (learned recall): accuracy against the number of pairs, and the training curves.
 
 Both figures read the results of ``benchmarks/mqar.py`` (a dict as in
 ``benchmarks/results/mqar.json``); nothing is trained here.

@@ -1,4 +1,4 @@
-"""Chapter 8 (K3-scale accounting): a live explorer in which the reader edits every field of an
+"""Chapter 9 (K3-scale accounting): a live explorer in which the reader edits every field of an
 :class:`~gpt2k3.accounting.ArchSpec` and the serving assumptions, and sees the whole account."""
 
 from __future__ import annotations

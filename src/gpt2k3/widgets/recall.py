@@ -1,4 +1,4 @@
-"""Chapter 9 (learned recall): train a model yourself, live, and compare it with the sweep."""
+"""Chapter 10 (learned recall): train a model yourself, live, and compare it with the sweep."""
 
 from __future__ import annotations
 
