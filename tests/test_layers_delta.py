@@ -234,7 +234,7 @@ def test_gated_rms_norm():
     ({"expand_v": -1}, "expand_v must be a positive number"),
     ({"conv_size": -1}, "conv_size must be an int >= 0"),
     ({"chunk_size": 0}, "chunk_size must be an int >= 1"),
-    ({"norm_eps": 0}, "eps must be a positive number"),
+    ({"norm_eps": 0}, "norm_eps must be a finite float > 0"),
 ])
 @pytest.mark.parametrize("cls", LAYERS)
 def test_bad_construction(cls, kwargs, match):

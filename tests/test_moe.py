@@ -310,5 +310,10 @@ def test_routing_explorer_redraws_and_reports_bad_settings():
     c["balance_steps"].value = 30
     assert isinstance(box.current, go.Figure) and "idle experts: 0" in box.current.layout.title.text
     c["n_experts"].value = 4
-    c["top_k"].value = 6  # more experts per token than exist
+    c["top_k"].value = 6  # more experts per token than exist: the slider's range follows
+    assert c["top_k"].max == 4 and c["top_k"].value == 4
+    assert isinstance(box.current, go.Figure) and "top-k = 4" in box.current.layout.title.text
+    # a setting the render rejects is shown as a message, never as the stale figure
+    box.render = lambda **kw: (_ for _ in ()).throw(ValueError("top_k must be <= n_experts"))
+    box.redraw()
     assert "top_k" in box.current.value

@@ -43,6 +43,7 @@ __all__ = [
     "WRITE_STRENGTH_RTOL",
     "compute_dtype",
     "output_dtype",
+    "check_layer_input",
 ]
 
 
@@ -179,9 +180,10 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
     return B, H, T, Dk, v.shape[-1]
 
 
-def check_attention_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
+def check_attention_qkv(q, k, v, finite_kv: bool = True) -> tuple[int, int, int, int, int, int]:
     """Queries ``(B, H, Tq, Dk)`` against keys ``(B, H, Tk, Dk)`` and values ``(B, H, Tk, Dv)``,
-    ``Tk >= Tq``: floating, finite. Returns ``(B, H, Tq, Tk, Dk, Dv)``."""
+    ``Tk >= Tq``: floating, finite (``k`` and ``v`` only if ``finite_kv``: a KV cache checks
+    each entry once, when it is written). Returns ``(B, H, Tq, Tk, Dk, Dv)``."""
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
         check_float_tensor(x, name, 4)
     B, H, Tq, Dk = q.shape
@@ -201,7 +203,7 @@ def check_attention_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
             f"v must have shape (B, H, Tk, Dv) = {_fmt((B, H, Tk, None))} to match k; "
             f"got {_fmt(v.shape)}"
         )
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+    for x, name in ((q, "q"), (k, "k"), (v, "v")) if finite_kv else ((q, "q"),):
         check_finite(x, name)
     return B, H, Tq, Tk, Dk, v.shape[-1]
 
@@ -351,3 +353,22 @@ def output_dtype(*tensors: torch.Tensor) -> torch.dtype:
     for t in tensors[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
     return dtype if dtype.is_floating_point else compute_dtype(*tensors)
+
+
+def check_layer_input(value, name: str, width: int, dtype: torch.dtype | None = None,
+                      ndim: int = 3, shape: str = "(B, T, n_embd)") -> torch.Tensor:
+    """A layer's input: a finite floating tensor of ``ndim`` dimensions whose last is ``width``,
+    with at least one sequence, in the layer's parameter ``dtype`` if given (a float64 input to
+    a float32 layer is an error that says which dtype to use, not a matmul ``RuntimeError``)."""
+    if not isinstance(value, torch.Tensor) or value.ndim != ndim or value.shape[-1] != width:
+        got = _fmt(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise ValueError(f"{name} must have shape {shape} with last size {width}, got {got}")
+    check_float_tensor(value, name)
+    if value.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one sequence (batch >= 1), got shape "
+                         f"{_fmt(value.shape)}")
+    if dtype is not None and value.dtype != dtype:
+        raise ValueError(f"{name} must have the layer's dtype {dtype} (convert the input with "
+                         f"x.to({dtype}) or the layer with layer.to({value.dtype})), got "
+                         f"{value.dtype}")
+    return check_finite(value, name)

@@ -193,6 +193,10 @@ def check_cache(cache: Any, n_layer: int) -> ModelCache | None:
 
 def sizes_of(sizes: Sequence[int], total: int) -> list[int]:
     """Positive ints adding up to ``total`` (``ValueError`` otherwise)."""
+    if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+        raise ValueError(f"total must be a positive int (a number of tokens), got {total!r}")
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise ValueError(f"sizes must be a sequence of positive ints, got {sizes!r}")
     sizes = list(sizes)
     if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes) \
             or sum(sizes) != total:

@@ -105,6 +105,11 @@ def bound(difference: Any, tol: float, what: str = "difference") -> str:
     """
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (0 < tol < math.inf):
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
+    if isinstance(difference, bool) or not isinstance(difference, numbers.Real):
+        try:  # a 0-d tensor or NumPy scalar
+            difference = float(difference)
+        except (TypeError, ValueError):
+            raise ValueError(f"difference must be a real number, got {difference!r}") from None
     d = float(difference)
     if not d <= tol:  # also catches NaN
         raise AssertionError(f"{what} {d:.3g} exceeds the tolerance {tol:g}")
@@ -124,6 +129,8 @@ def glue(name: str, value: Any) -> Any:
     output is compared on every reader's machine); the value returned is the same rounded
     number, so the code and the prose agree.
     """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty str, got {name!r}")
     value = _glue_value(value)
     try:
         from myst_nb import glue as _glue
@@ -135,8 +142,13 @@ def glue(name: str, value: Any) -> Any:
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Markdown:
     """A Markdown table (rendered by Jupyter and by the web book)."""
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, Sequence):
+        raise ValueError(f"headers must be a list of column names, got {headers!r}")
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or any(
+            isinstance(r, (str, bytes)) or not isinstance(r, Sequence) for r in rows):
+        raise ValueError(f"rows must be a list of rows (each a list of cells), got {rows!r}")
     if any(len(r) != len(headers) for r in rows):
-        raise ValueError(f"every row must have {len(headers)} cells (one per header)")
+        raise ValueError(f"rows must each have {len(headers)} cells (one per header)")
 
     def cell(x):
         if isinstance(x, bool):

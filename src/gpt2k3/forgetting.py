@@ -177,6 +177,8 @@ def expected_signal(elapsed: Sequence[int], d: int = 16, *, log_alpha=0.0, beta:
     la = _log_alpha(log_alpha, d).expand(d)
     fact_ch = _channels(fact_channels, d, "fact_channels")
     dist_ch = _channels(distractor_channels, d, "distractor_channels")
+    if isinstance(elapsed, (str, bytes)) or not hasattr(elapsed, "__iter__"):
+        raise ValueError(f"elapsed must be a sequence of ints >= 0, got {elapsed!r}")
     ts = [check_int(t, "each entry of elapsed", 0) for t in elapsed]
     erase = torch.zeros(d, dtype=torch.float64)
     if distractors:

@@ -61,7 +61,8 @@ class GPTConfig:
                 if not isinstance(value, bool):
                     raise ValueError(f"tie_embeddings must be a bool, got {value!r}")
             elif f.name == "dropout":
-                if not 0.0 <= value < 1.0:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                        or not 0.0 <= value < 1.0:
                     raise ValueError(f"dropout must be in [0, 1), got {value!r}")
             elif f.name == "bias":
                 if not isinstance(value, bool):
@@ -112,7 +113,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if cache is not None:  # append this chunk; attend over everything cached so far
             k, v = cache.extend(k, v)
-        y = _softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+        # a cache checked its new entries as they were written: no scan of the whole cache
+        y = _softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
+                              check_kv=cache is None)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
 

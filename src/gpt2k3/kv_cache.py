@@ -17,25 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import check_positive_int
+from ._validate import check_finite, check_positive_int
 from .cache import LayerCache, ModelCache
+from .mixers.softmax import causal_mask  # the mask a chunk after a non-empty cache needs
 
 __all__ = ["KVCache", "ConcatKVCache", "concat_cache", "causal_mask", "seed_cached_attention",
            "concat_copy_bytes"]
-
-
-def causal_mask(t: int, past: int, device=None) -> torch.Tensor:
-    """Boolean mask ``(t, past + t)``: query ``i`` (absolute position ``past + i``)
-    may attend to key ``j`` iff ``j <= past + i``.
-
-    This is the mask a chunk of ``t > 1`` tokens needs when it arrives after
-    ``past`` cached tokens: every query sees the whole cache plus the new tokens
-    up to itself.  (The seed article's snippet masked only when the cache was
-    empty, so a second prefill chunk could see its own future.)
-    """
-    q_pos = torch.arange(past, past + t, device=device)[:, None]
-    k_pos = torch.arange(past + t, device=device)[None, :]
-    return k_pos <= q_pos
 
 
 class KVCache(LayerCache):
@@ -60,6 +47,8 @@ class KVCache(LayerCache):
         for name, value in (("batch", batch), ("n_head", n_head), ("max_len", max_len),
                             ("head_dim", head_dim)):
             check_positive_int(value, name)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
         shape = (batch, n_head, max_len, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -83,6 +72,8 @@ class KVCache(LayerCache):
             raise ValueError(f"k and v must have the cache's dtype {self.k.dtype}, got {k.dtype} and {v.dtype}")
         if k.device != self.k.device or v.device != self.k.device:
             raise ValueError(f"k and v must be on the cache's device {self.k.device}, got {k.device}")
+        check_finite(k, "k")  # once per entry, when written: readers need not scan the cache
+        check_finite(v, "v")
         start, t = self.length, k.shape[2]
         self._advance(t)
         self.k[:, :, start:self.length] = k
@@ -124,6 +115,8 @@ class ConcatKVCache(LayerCache):
 
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         _check_kv(k, v, self.batch, self.n_head, self.head_dim)
+        check_finite(k, "k")
+        check_finite(v, "v")
         self._advance(k.shape[2])
         if self.k is not None:
             k = torch.cat((self.k, k), dim=2)

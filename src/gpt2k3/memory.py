@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._validate import check_finite, check_int, check_number, check_tensor
+from ._validate import check_finite, check_float_tensor, check_int, check_number, check_tensor
 from .mixers import delta as _delta
 
 __all__ = [
@@ -66,9 +66,17 @@ _RULES = RULES
 _KEY_KINDS = ("random", "orthogonal")
 
 
+def _check_draw(generator, dtype) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be None or a torch.Generator, got {generator!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
+        raise ValueError(f"dtype must be a real floating torch.dtype, got {dtype!r}")
+
+
 def random_unit_keys(n: int, d: int, generator: torch.Generator | None = None, dtype=torch.float32):
     """``n`` keys of dimension ``d``, independent and uniform on the unit sphere: shape ``(n, d)``."""
     n, d = check_int(n, "n", 0), check_int(d, "d", 1)
+    _check_draw(generator, dtype)
     x = torch.randn(n, d, generator=generator, dtype=dtype)
     return x / x.norm(dim=-1, keepdim=True)
 
@@ -79,6 +87,7 @@ def orthogonal_keys(n: int, d: int, generator: torch.Generator | None = None, dt
     The rows of the Q factor of a Gaussian matrix (computed in float64, then cast).
     """
     n, d = check_int(n, "n", 0), check_int(d, "d", 1)
+    _check_draw(generator, dtype)
     if n > d:
         raise ValueError(
             f"orthogonal_keys needs n <= d (there are at most d orthogonal directions); got n={n}, d={d}"
@@ -88,9 +97,22 @@ def orthogonal_keys(n: int, d: int, generator: torch.Generator | None = None, dt
     return Q.T[:n].to(dtype).contiguous()
 
 
+def _check_real(*named) -> None:
+    """Floating, finite tensors of one dtype (a float32 key against a float64 state is an
+    error that says so, not a matmul ``RuntimeError``)."""
+    for t, name in named:
+        check_float_tensor(t, name)
+        check_finite(t, name)
+    dtypes = {t.dtype for t, _ in named}
+    if len(dtypes) > 1:
+        raise ValueError(f"{', '.join(n for _, n in named)} must share one dtype, got "
+                         f"{', '.join(f'{n} {t.dtype}' for t, n in named)}")
+
+
 def _check_pairs(keys, values) -> None:
     check_tensor(keys, "keys", 2)
     check_tensor(values, "values", 2)
+    _check_real((keys, "keys"), (values, "values"))
     if keys.shape[0] != values.shape[0]:
         raise ValueError(
             f"values must have shape (N, Dv) with N = {keys.shape[0]} rows to match keys (N, D); "
@@ -166,6 +188,7 @@ def read(S: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Read the state with every key: ``K S``, shape ``(N, Dv)``."""
     check_tensor(S, "S", 2)
     check_tensor(keys, "keys", 2)
+    _check_real((S, "S"), (keys, "keys"))
     if keys.shape[1] != S.shape[0]:
         raise ValueError(
             f"keys must have shape (N, D) with D = {S.shape[0]} to match S (D, Dv); "
@@ -210,6 +233,7 @@ def read_erase_write(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: fl
     check_tensor(S, "S", 2)
     check_tensor(k, "k", 1)
     check_tensor(v, "v", 1)
+    _check_real((S, "S"), (k, "k"), (v, "v"))
     if k.shape[0] != S.shape[0] or v.shape[0] != S.shape[1]:
         raise ValueError(
             f"k must have shape (D,) = ({S.shape[0]},) and v shape (Dv,) = ({S.shape[1]},) to match "
@@ -300,7 +324,11 @@ def _check_curve_args(d, rule, key_kind, trials, ns):
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if key_kind not in _KEY_KINDS:
         raise ValueError(f"key_kind must be one of {_KEY_KINDS}, got {key_kind!r}")
+    if isinstance(ns, (str, bytes)) or not hasattr(ns, "__iter__"):
+        raise ValueError(f"ns must be a sequence of positive ints, got {ns!r}")
     ns = [check_int(n, "each n in ns", 1) for n in ns]
+    if not ns:
+        raise ValueError("ns must hold at least one n, got an empty sequence")
     if key_kind == "orthogonal" and max(ns, default=0) > d:
         raise ValueError(f"orthogonal keys need every n <= d = {d}; got max(ns) = {max(ns)}")
     return d, trials, ns
@@ -328,7 +356,7 @@ def error_curve(
         One mean error per entry of ``ns``.
     """
     d, trials, ns = _check_curve_args(d, rule, key_kind, trials, ns)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
     curve = []
     for n in ns:
         keys, values = _draw(n, d, trials, key_kind, gen, dtype)
@@ -356,6 +384,6 @@ def error_by_position(
         ``n`` mean errors, oldest pair first.
     """
     d, trials, (n,) = _check_curve_args(d, rule, key_kind, trials, [n])
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
     keys, values = _draw(n, d, trials, key_kind, gen, dtype)
     return _pair_errors(keys, values, rule, beta).mean(0).tolist()

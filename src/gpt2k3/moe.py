@@ -39,12 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._validate import check_int, check_layer_input, check_positive_int
+
 __all__ = ["MoEConfig", "SwiGLU", "Router", "MoE"]
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 @dataclass
@@ -71,8 +68,8 @@ class MoEConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_routed_experts", "top_k", "d_expert", "n_group", "topk_group"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("n_shared_experts", self.n_shared_experts, 0)
+            check_int(getattr(self, name), name, 1)
+        check_int(self.n_shared_experts, "n_shared_experts", 0)
         if self.top_k > self.n_routed_experts:
             raise ValueError(f"top_k={self.top_k} must be <= n_routed_experts={self.n_routed_experts}")
         if self.score_func not in ("softmax", "sigmoid"):
@@ -159,6 +156,8 @@ class SwiGLU(nn.Module):
 
     def __init__(self, d_model: int, d_hidden: int) -> None:
         super().__init__()
+        check_positive_int(d_model, "d_model")
+        check_positive_int(d_hidden, "d_hidden")
         self.gate_proj = nn.Linear(d_model, d_hidden, bias=False)
         self.up_proj = nn.Linear(d_model, d_hidden, bias=False)
         self.down_proj = nn.Linear(d_hidden, d_model, bias=False)
@@ -188,6 +187,8 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Route tokens ``x`` ``(N, d_model)``; return ``weights`` and ``indices``, both ``(N, top_k)``."""
+        check_layer_input(x, "x", self.cfg.d_model, self.weight.dtype, ndim=2,
+                          shape=f"(N, d_model={self.cfg.d_model})")
         cfg = self.cfg
         s = self.scores(x)
         choice = s + self.e_score_correction_bias.to(s.dtype) if cfg.score_func == "sigmoid" else s
@@ -242,9 +243,8 @@ class MoE(nn.Module):
         self.last_load: torch.Tensor | None = None  # tokens per expert in the latest forward
 
     def _check_x(self, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, T, d_model={self.cfg.d_model}), got {shape}")
+        check_layer_input(x, "x", self.cfg.d_model, self.gate.weight.dtype,
+                          shape=f"(B, T, d_model={self.cfg.d_model})")
 
     def _load(self, indices: torch.Tensor) -> torch.Tensor:
         return torch.bincount(indices.flatten(), minlength=self.cfg.n_routed_experts)

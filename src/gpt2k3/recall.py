@@ -30,7 +30,6 @@ seed. Same arguments, same numbers (on the same machine and thread count).
 from __future__ import annotations
 
 import math
-import operator
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -39,6 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._validate import check_int
 from .accounting import mixer_state_numbers
 from .gpt2 import GPT, CausalSelfAttention, GPTConfig
 from .layers import delta
@@ -78,12 +78,6 @@ _EVAL_SEED_BASE = 1_000_000_007
 _STEPS_PER_SEED = 1_000_003
 
 
-def _int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return operator.index(value)
-
-
 def _positive(value, name: str, allow_zero: bool = False) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
@@ -117,7 +111,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("d_model", "n_layer", "n_head", "chunk_size", "conv_size"):
-            _int(getattr(self, name), name, 1)
+            check_int(getattr(self, name), name, 1)
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.conv not in CONV_MODES:
@@ -150,11 +144,11 @@ class TrainConfig:
     checkpoints: int = 6
 
     def __post_init__(self):
-        _int(self.steps, "steps", 1)
-        _int(self.batch_size, "batch_size", 1)
-        _int(self.warmup, "warmup", 0)
-        _int(self.eval_examples, "eval_examples", 1)
-        _int(self.checkpoints, "checkpoints", 1)
+        check_int(self.steps, "steps", 1)
+        check_int(self.batch_size, "batch_size", 1)
+        check_int(self.warmup, "warmup", 0)
+        check_int(self.eval_examples, "eval_examples", 1)
+        check_int(self.checkpoints, "checkpoints", 1)
         _positive(self.lr, "lr")
         _positive(self.weight_decay, "weight_decay", allow_zero=True)
         _positive(self.grad_clip, "grad_clip")
@@ -294,7 +288,7 @@ def build_model(mixer: str, tasks, model: ModelConfig = ModelConfig(), seed: int
     config = GPTConfig(block_size=max(t.length for t in tasks), vocab_size=tasks[0].vocab_size,
                        n_layer=model.n_layer, n_head=model.n_head, n_embd=model.d_model)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(_int(seed, "seed", 0))
+        torch.manual_seed(check_int(seed, "seed", 0))
         net = GPT(config, mixer=mixer_factory(mixer, model))
         if model.init == "fan_in":  # the tied embedding is lm_head's weight: redrawn here too
             with torch.no_grad():
@@ -314,7 +308,9 @@ def state_numbers(mixer: str, model: ModelConfig, seq_len: int) -> int:
     ``conv_size - 1`` inputs of q, k and v.
     """
     _check_mixer(mixer)
-    seq_len = _int(seq_len, "seq_len", 1)
+    if not isinstance(model, ModelConfig):
+        raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
+    seq_len = check_int(seq_len, "seq_len", 1)
     H, D = model.n_head, model.head_dim
     has_conv = model.conv == "all" or (model.conv == "native" and mixer not in ("softmax", "linear"))
     kernel = model.conv_size if has_conv else 0
@@ -324,7 +320,20 @@ def state_numbers(mixer: str, model: ModelConfig, seq_len: int) -> int:
 
 
 def masked_loss(logits: torch.Tensor, batch: MQARBatch) -> torch.Tensor:
-    """Mean cross-entropy over the scored positions (the queries) only."""
+    """Mean cross-entropy over the scored positions (the queries) only.
+
+    ``logits`` is ``(N, T, vocab)`` for a batch of ``N`` sequences of ``T`` tokens; a batch with
+    no scored position has no loss (``ValueError``, not NaN)."""
+    if not isinstance(batch, MQARBatch):
+        raise ValueError(f"batch must be an MQARBatch, got {type(batch).__name__}")
+    if (not isinstance(logits, torch.Tensor) or logits.ndim != 3 or not logits.is_floating_point()
+            or tuple(logits.shape[:2]) != tuple(batch.mask.shape)):
+        got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a floating tensor of shape (N, T, vocab) with (N, T) = "
+                         f"{tuple(batch.mask.shape)}, got {got}")
+    if not bool(batch.mask.any()):
+        raise ValueError("batch must score at least one position (its mask is all False), "
+                         "otherwise the mean loss is 0/0")
     return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
 
 
@@ -370,14 +379,14 @@ def train(mixer: str, tasks=MQARConfig(), model: ModelConfig = ModelConfig(),
     if not isinstance(config, TrainConfig):
         raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
     tasks = _as_tasks(tasks)
-    seed = _int(seed, "seed", 0)
-    n_steps = config.steps if until is None else _int(until, "until", 1)
+    seed = check_int(seed, "seed", 0)
+    n_steps = config.steps if until is None else check_int(until, "until", 1)
     if n_steps > config.steps:
         raise ValueError(f"until must be <= config.steps = {config.steps}, got {until}")
     if threads is None:
         return _train(mixer, tasks, model, config, seed, callback, n_steps)
     before = torch.get_num_threads()
-    torch.set_num_threads(_int(threads, "threads", 1))
+    torch.set_num_threads(check_int(threads, "threads", 1))
     try:
         return _train(mixer, tasks, model, config, seed, callback, n_steps)
     finally:

@@ -78,6 +78,8 @@ def load(name: str, missing_ok: bool = False) -> Any:
 
     The local checkout's file takes precedence over the copy shipped in the package.
     """
+    if not isinstance(missing_ok, bool):
+        raise ValueError(f"missing_ok must be a bool, got {missing_ok!r}")
     path = _find(_check_name(name))
     if path is None:
         if missing_ok:

@@ -29,11 +29,12 @@ true (the queries) are scored. Everything is drawn from one ``torch.Generator`` 
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+
+from ._validate import check_int
 
 __all__ = ["BLANK", "IGNORE", "MQARConfig", "MQARBatch", "mqar", "as_table"]
 
@@ -42,13 +43,6 @@ BLANK = 0
 #: The target at positions that are not scored (``torch.nn.functional.cross_entropy``'s default
 #: ``ignore_index``).
 IGNORE = -100
-
-
-def _int(value, name: str, minimum: int) -> int:
-    """An integer (not a bool) ``>= minimum``, or a ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return operator.index(value)
 
 
 @dataclass(frozen=True)
@@ -76,8 +70,8 @@ class MQARConfig:
     distinct_keys: bool = True
 
     def __post_init__(self):
-        P = _int(self.n_pairs, "n_pairs", 1)
-        V = _int(self.vocab_size, "vocab_size", 5)
+        P = check_int(self.n_pairs, "n_pairs", 1)
+        V = check_int(self.vocab_size, "vocab_size", 5)
         if not isinstance(self.distinct_keys, bool):
             raise ValueError(f"distinct_keys must be a bool, got {self.distinct_keys!r}")
         n_keys = (V - 1) // 2
@@ -85,13 +79,13 @@ class MQARConfig:
             raise ValueError(f"n_pairs must be <= {n_keys}, the number of key tokens of a "
                              f"vocab_size={V} vocabulary, when keys are distinct; got {P}")
         if self.n_queries is not None:
-            Q = _int(self.n_queries, "n_queries", 1)
+            Q = check_int(self.n_queries, "n_queries", 1)
             if self.distinct_keys and Q > P:
                 raise ValueError(f"n_queries must be <= n_pairs = {P} (each query asks for a "
                                  f"different key); got {Q}")
         if self.seq_len is not None:
             need = 2 * P + self.queries
-            if _int(self.seq_len, "seq_len", 1) < need:
+            if check_int(self.seq_len, "seq_len", 1) < need:
                 raise ValueError(f"seq_len must be >= 2 * n_pairs + n_queries = {need}, "
                                  f"got {self.seq_len}")
 
@@ -141,8 +135,8 @@ def mqar(config: MQARConfig, n_examples: int, seed: int = 0) -> MQARBatch:
     """
     if not isinstance(config, MQARConfig):
         raise ValueError(f"config must be an MQARConfig, got {type(config).__name__}")
-    B = _int(n_examples, "n_examples", 1)
-    seed = _int(seed, "seed", 0)
+    B = check_int(n_examples, "n_examples", 1)
+    seed = check_int(seed, "seed", 0)
     g = torch.Generator().manual_seed(seed)
     P, Q, T = config.n_pairs, config.queries, config.length
     n_keys = config.n_key_tokens
@@ -183,7 +177,7 @@ def as_table(batch: MQARBatch, config: MQARConfig, index: int = 0) -> tuple[list
     position, rows for the token, its role (key, value, query, blank) and the target."""
     if not isinstance(batch, MQARBatch) or not isinstance(config, MQARConfig):
         raise ValueError("batch must be an MQARBatch and config its MQARConfig")
-    if not 0 <= index < batch.inputs.shape[0]:
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < batch.inputs.shape[0]:
         raise ValueError(f"index must be in [0, {batch.inputs.shape[0]}), got {index!r}")
     tokens, targets, mask = (t[index].tolist() for t in batch)
     P = config.n_pairs

@@ -41,3 +41,11 @@ def finite_number(name: str, value) -> None:
 def as_bytes(x: float) -> int | float:
     """Whole bytes as an ``int``; sub-byte formats (int4) may leave a fraction."""
     return int(x) if float(x).is_integer() else x
+
+
+def byte_sizes(**sizes) -> None:
+    """Each ``name=value`` a positive finite number of bytes (``expert_bytes`` may be ``None``:
+    "the same as ``weight_bytes``")."""
+    for name, value in sizes.items():
+        if not (value is None and name == "expert_bytes"):
+            positive_bytes(name, value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .spec import ArchSpec
+from .spec import ArchSpec, check_spec
 
 __all__ = ["kda_log_decay", "kda_log_decay_range"]
 
@@ -40,8 +40,7 @@ def kda_log_decay(x: float, a_log: float = 0.0, dt_bias: float = 0.0,
 def kda_log_decay_range(spec: ArchSpec) -> tuple[float, float]:
     """The open interval ``(lowest, highest)`` a KDA layer's per-step log-decay can take:
     ``(kda_gate_lower_bound, 0)`` for a bounded gate, ``(-inf, 0)`` for Kimi Linear's."""
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    check_spec(spec)
     if not spec.kda_layers:
         raise ValueError(f"{spec.name} has no KDA layers")
     low = spec.kda_gate_lower_bound

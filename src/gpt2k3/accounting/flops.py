@@ -4,6 +4,7 @@ context-dependent attention term and the KDA state update."""
 from __future__ import annotations
 
 from ._checks import nonneg_int
+from .spec import check_spec
 from .params import count_params
 from .spec import ArchSpec
 
@@ -27,6 +28,7 @@ def mla_decode_costs(spec: ArchSpec) -> dict[str, dict[str, int]]:
     the absorbed ``W_UK``, ``W_UV`` products, which are ``kv_b_proj``'s weights used once per
     token) are not per-position costs and are counted in ``ParamCount.matmul_active``.
     """
+    check_spec(spec)
     if spec.attention != "mla":
         raise ValueError(f"spec.attention must be 'mla', got {spec.attention!r}")
     h, r, dr = spec.n_head, spec.kv_lora_rank, spec.qk_rope_head_dim
@@ -55,6 +57,7 @@ def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True)
     norms, activations, gates' elementwise products and Attention Residuals' depth mixture (a
     few ``d_model``-long dot products and sums per sub-layer, against billions) are ignored.
     """
+    check_spec(spec)
     nonneg_int("context_len", context_len)
     if not isinstance(mla_absorbed, bool):
         raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")

@@ -10,18 +10,13 @@ for.
 
 from __future__ import annotations
 
-from ._checks import as_bytes, is_int, nonneg_int, positive_bytes, positive_int
-from .spec import ArchSpec, hybrid_spec
+from ._checks import as_bytes, byte_sizes, is_int, nonneg_int, positive_bytes, positive_int
+from .spec import ArchSpec, check_spec, hybrid_spec
 from .units import STATE_DTYPE_BYTES
 
 __all__ = ["kv_numbers_per_layer", "kv_numbers_per_token", "kv_cache_bytes",
            "mixer_state_numbers", "state_numbers_per_layer", "state_bytes",
            "memory_per_sequence", "hybrid_cache_bytes", "mla_cache_variants"]
-
-
-def _spec(spec) -> None:
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
 
 
 # ---------------------------------------------------------------------------- KV cache
@@ -31,7 +26,7 @@ def kv_numbers_per_layer(spec: ArchSpec) -> int:
     MHA/GQA: a key and a value per K/V head, ``2 * n_kv_head * head_dim``.  MLA: the latent and
     the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` (DeepSeek-V3: 576).
     """
-    _spec(spec)
+    check_spec(spec)
     if spec.attention == "mla":
         return spec.kv_lora_rank + spec.qk_rope_head_dim
     return 2 * spec.kv_heads * spec.head_dim
@@ -39,6 +34,7 @@ def kv_numbers_per_layer(spec: ArchSpec) -> int:
 
 def kv_numbers_per_token(spec: ArchSpec) -> int:
     """Numbers the whole model caches per token: linear-state layers add nothing."""
+    check_spec(spec)
     return spec.n_attention_layers * kv_numbers_per_layer(spec)
 
 
@@ -66,7 +62,7 @@ def mla_cache_variants(spec: ArchSpec, gqa_kv_heads: int = 8) -> dict[str, int]:
     ``"GQA, g K/V heads"``: a hypothetical grouped-query cache of ``gqa_kv_heads`` K/V heads of
     width ``v_head_dim``.
     """
-    _spec(spec)
+    check_spec(spec)
     if spec.attention != "mla":
         raise ValueError(f"spec.attention must be 'mla', got {spec.attention!r}")
     if not is_int(gqa_kv_heads) or not 1 <= gqa_kv_heads <= spec.n_head:
@@ -109,7 +105,7 @@ def state_numbers_per_layer(spec: ArchSpec) -> dict[str, int]:
     """The fixed-size memory of one KDA layer of ``spec``, per sequence
     (:func:`mixer_state_numbers` with ``kda_n_head``, ``kda_head_dim`` and
     ``kda_conv_kernel``): ``{"recurrent", "conv"}``; both 0 without KDA layers."""
-    _spec(spec)
+    check_spec(spec)
     if not spec.kda_layers:
         return {"recurrent": 0, "conv": 0}
     return mixer_state_numbers(spec.kda_n_head, spec.kda_head_dim,
@@ -123,6 +119,7 @@ def state_bytes(spec: ArchSpec, batch: int = 1,
 
     Independent of the context length; see :func:`mixer_state_numbers` for what is held.
     """
+    check_spec(spec)
     nonneg_int("batch", batch)
     positive_bytes("dtype_bytes", dtype_bytes)
     per_layer = sum(state_numbers_per_layer(spec).values())
@@ -134,6 +131,9 @@ def memory_per_sequence(spec: ArchSpec, context_len: int, cache_bytes: float = 2
     """Bytes one sequence keeps between decode steps: its KV cache at ``context_len`` tokens
     (:func:`kv_cache_bytes`) plus the fixed state of the linear-attention layers
     (:func:`state_bytes`, float32 by default)."""
+    check_spec(spec)
+    nonneg_int("context_len", context_len)
+    byte_sizes(cache_bytes=cache_bytes, state_dtype_bytes=state_dtype_bytes)
     return (kv_cache_bytes(spec, context_len, 1, cache_bytes)
             + state_bytes(spec, 1, state_dtype_bytes))
 
@@ -149,6 +149,9 @@ def hybrid_cache_bytes(spec: ArchSpec, ratio: int | None, context_len: int,
     layers' states (:func:`state_bytes`, fixed), and each layer's share and mixer kind.  KV
     entries are ``cache_dtype_bytes`` each (bf16: 2), states ``state_dtype_bytes`` (float32: 4).
     """
+    check_spec(spec)
+    nonneg_int("context_len", context_len)
+    byte_sizes(cache_dtype_bytes=cache_dtype_bytes, state_dtype_bytes=state_dtype_bytes)
     s = hybrid_spec(spec, ratio)
     kv = kv_cache_bytes(s, context_len, 1, cache_dtype_bytes)
     st = state_bytes(s, 1, state_dtype_bytes)

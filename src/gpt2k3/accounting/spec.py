@@ -423,3 +423,10 @@ def full_attention(spec: ArchSpec) -> ArchSpec:
     """``spec`` with softmax attention in every layer: the "full MLA" baseline of a hybrid
     (named ``"<name>, attention in every layer"``)."""
     return hybrid_spec(spec, 0).with_(name=f"{spec.name}, attention in every layer")
+
+
+def check_spec(value, name: str = "spec") -> None:
+    """An :class:`ArchSpec` (not ``None``, a name or a dict): ``ValueError`` naming ``name``."""
+    if not isinstance(value, ArchSpec):
+        raise ValueError(f"{name} must be an ArchSpec (e.g. gpt2k3.archs.GPT2_SMALL), "
+                         f"got {type(value).__name__}")

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from .._validate import check_int
 from .. import memory
 from ..mixers.wy import chunkwise_cost
 from ._style import PALETTE, Step, add_slider, style
@@ -41,17 +42,11 @@ def _r(x, digits: int = 4):
     return round(float(x), digits)
 
 
-def _int(x, name: str, minimum: int) -> int:
-    if isinstance(x, bool) or not hasattr(x, "__index__") or operator.index(x) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {x!r}")
-    return operator.index(x)
-
-
 def _ints(xs, name: str, minimum: int) -> list[int]:
     xs = list(xs)
     if not xs:
         raise ValueError(f"{name} must not be empty")
-    return [_int(x, f"each entry of {name}", minimum) for x in xs]
+    return [check_int(x, f"each entry of {name}", minimum) for x in xs]
 
 
 def _beta(b, name: str = "beta") -> float:
@@ -63,7 +58,7 @@ def _beta(b, name: str = "beta") -> float:
 def n_grid(d: int, points: int = 16) -> list[int]:
     """Numbers of stored pairs from 1 to ``4 d`` for a curve: ``points`` evenly spaced values plus
     ``d`` itself (the capacity of orthogonal keys), sorted and without repeats."""
-    d, points = _int(d, "d", 1), _int(points, "points", 2)
+    d, points = check_int(d, "d", 1), check_int(points, "points", 2)
     grid = {1, d, 4 * d} | {max(1, round(4 * d * i / points)) for i in range(1, points + 1)}
     return sorted(grid)
 
@@ -142,7 +137,7 @@ def interference_by_position(d: int = 16, ns: Sequence[int] | None = None, beta:
     Traces: the additive rule, the delta rule with ``beta`` and the least-squares state.
     With a single ``N`` there is no slider (the live explorer uses that).
     """
-    d = _int(d, "d", 1)
+    d = check_int(d, "d", 1)
     ns = n_grid(d) if ns is None else _ints(ns, "ns", 1)
     beta = _beta(beta)
     if key_kind == "orthogonal" and max(ns) > d:
@@ -187,7 +182,7 @@ def interference_beta(d: int = 16, betas: Sequence[float] = (0.1, 0.25, 0.5, 0.7
                       trials: int = 8, seed: int = 0, active: int | None = None) -> go.Figure:
     """Recall error against ``N`` for the delta rule at each write strength ``beta`` (a slider),
     with the additive rule and the least-squares state for reference."""
-    d = _int(d, "d", 1)
+    d = check_int(d, "d", 1)
     betas = [_beta(b, "each entry of betas") for b in betas]
     if not betas:
         raise ValueError("betas must not be empty")
@@ -236,10 +231,10 @@ def read_erase_write_stages(d: int = 8, n_stored: int = 4, target: int = 1, beta
     the state and the picture reads like a table; ``rotate=True`` uses random orthonormal keys
     instead (the same algebra, the rows mixed).
     """
-    d, n_stored = _int(d, "d", 1), _int(n_stored, "n_stored", 1)
+    d, n_stored = check_int(d, "d", 1), check_int(n_stored, "n_stored", 1)
     if n_stored > d:
         raise ValueError(f"n_stored must be <= d = {d} (orthonormal keys), got {n_stored}")
-    target = _int(target, "target", 0)
+    target = check_int(target, "target", 0)
     if target >= n_stored:
         raise ValueError(f"target must be in [0, n_stored) = [0, {n_stored}), got {target}")
     beta = _beta(beta)
@@ -318,11 +313,11 @@ def chunk_cost(T: int = 4096, ds: Sequence[int] = (32, 64, 128, 256),
     number of sequential steps. A slider over the head dimension ``d`` (``d_k = d_v``);
     ``mark`` highlights one chunk size (the live explorer uses that).
     """
-    T = _int(T, "T", 1)
+    T = check_int(T, "T", 1)
     ds = _ints(ds, "ds", 1)
     cs = sorted(set(_ints(chunk_sizes, "chunk_sizes", 1)))
     if mark is not None:
-        mark = _int(mark, "mark", 1)
+        mark = check_int(mark, "mark", 1)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
                         subplot_titles=("work per token (one head)", "sequential steps"))
     per_tok = "C = %{x}: %{y:,.0f} FLOPs per token<extra>%{fullData.name}</extra>"

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from .._validate import check_int
 from ..mixers import linear as _linear
 from ._style import PALETTE, Step, add_slider, style
 
@@ -31,12 +32,6 @@ __all__ = [
     "feature_map_weights_data", "feature_map_weights",
     "first_crossing", "crossover_n", "generation_totals", "speedup_rows", "measured_crossover",
 ]
-
-
-def _positive_int(x, name: str, minimum: int = 1) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {x!r}")
-    return int(x)
 
 
 def _round(xs, sig: int = 6) -> list[float]:
@@ -75,8 +70,8 @@ def prefill_leak(T: int = 8, D: int = 16, changed: int = 4, seed: int = 0) -> di
     (``"ours"``, chunk size 4) and for :func:`gpt2k3.mixers.linear.seed_prefill` (``"seed"``).
     A causal form leaves every position before ``changed`` exactly unchanged.
     """
-    T, D = _positive_int(T, "T", 2), _positive_int(D, "D")
-    changed = _positive_int(changed, "changed", 0)
+    T, D = check_int(T, "T", 2), check_int(D, "D", 1)
+    changed = check_int(changed, "changed", 0)
     if changed >= T:
         raise ValueError(f"changed must be a position in [0, {T}), got {changed}")
     g = torch.Generator().manual_seed(seed)
@@ -97,7 +92,7 @@ def prefill_leak(T: int = 8, D: int = 16, changed: int = 4, seed: int = 0) -> di
 def seed_prefill_leak(T: int = 8, D: int = 16, seed: int = 0, active: int | None = None) -> go.Figure:
     """Bars: how far each position's output moves when one later token changes, for the seed's
     one-shot prefill and for the causal form; a slider over which token changes."""
-    T = _positive_int(T, "T", 2)
+    T = check_int(T, "T", 2)
     choices = list(range(1, T))
     active = len(choices) - 1 if active is None else active
     fig = go.Figure([
@@ -144,9 +139,9 @@ def state_vs_cache_counts(n, head_dim: int, n_layer: int = 1, n_head: int = 1,
 
     ``n`` may be an int or an array of ints >= 1. Returns float arrays (exact up to 2^53).
     """
-    D = _positive_int(head_dim, "head_dim")
-    f = _positive_int(n_layer, "n_layer") * _positive_int(n_head, "n_head")
-    b = _positive_int(dtype_bytes, "dtype_bytes")
+    D = check_int(head_dim, "head_dim", 1)
+    f = check_int(n_layer, "n_layer", 1) * check_int(n_head, "n_head", 1)
+    b = check_int(dtype_bytes, "dtype_bytes", 1)
     n = np.asarray(n, dtype=np.float64)
     if n.size == 0 or np.any(n < 1) or np.any(n != np.floor(n)):
         raise ValueError("n must be one or more integers >= 1")
@@ -171,10 +166,10 @@ def state_vs_cache(head_dims: Sequence[int] = (32, 64, 128, 256), n_layer: int =
                    dtype_bytes: int = 4, max_n: int = 2 ** 20, active: int = 1) -> go.Figure:
     """Left: bytes held at context ``N`` (KV cache vs state). Right: multiply-adds to generate
     ``N`` tokens (no cache, KV cache, state). Log-log; a slider over the head dim ``D``."""
-    head_dims = [_positive_int(d, "head_dims entries") for d in head_dims]
+    head_dims = [check_int(d, "head_dims entries", 1) for d in head_dims]
     if not head_dims:
         raise ValueError("head_dims must hold at least one head dimension")
-    max_n = _positive_int(max_n, "max_n", 2)
+    max_n = check_int(max_n, "max_n", 2)
     ns = _log_grid(max_n)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16,
                         subplot_titles=("memory held at context N", "total work to generate N tokens"))
@@ -262,7 +257,7 @@ def feature_map_weights(T: int = 12, D: int = 16, scales: Sequence[float] = (0.2
                         seed: int = 0, active: int = 2) -> go.Figure:
     """Heatmaps of causal attention weights, softmax (left) vs ELU+1 (right), for the same random
     queries and keys; a slider over the scale of the projections (how peaked the scores are)."""
-    T, D = _positive_int(T, "T", 2), _positive_int(D, "D")
+    T, D = check_int(T, "T", 2), check_int(D, "D", 1)
     scales = list(scales)
     if not scales:
         raise ValueError("scales must hold at least one value")
@@ -363,7 +358,7 @@ def generation_totals(ns, step_s, lengths, fit_points: int | None = None) -> tup
     step times beyond the measured range.
     """
     ns, ts = _as_curve(ns, step_s, "step_s")
-    lengths = [_positive_int(n, "lengths entries") for n in lengths]
+    lengths = [check_int(n, "lengths entries", 1) for n in lengths]
     if not lengths:
         raise ValueError("lengths must hold at least one N")
     top = max(lengths)
@@ -371,7 +366,7 @@ def generation_totals(ns, step_s, lengths, fit_points: int | None = None) -> tup
     t = np.exp(np.interp(np.log(n), np.log(ns), np.log(ts)))
     beyond = n > ns[-1]
     if beyond.any() and fit_points is not None:
-        m = _positive_int(fit_points, "fit_points", 2)
+        m = check_int(fit_points, "fit_points", 2)
         if ns.size < m:
             raise ValueError(f"fit_points={m} needs at least {m} measured points, got {ns.size}")
         slope, icpt = np.polyfit(np.log(ns[-m:]), np.log(ts[-m:]), 1)

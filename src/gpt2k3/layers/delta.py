@@ -50,6 +50,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .._validate import check_int
+from .. import _validate as _v
 from ..cache import StateCache
 from ..gpt2 import GPTConfig
 from ..mixers import delta as _delta
@@ -74,12 +76,6 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
-def _positive_int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
 class ShortConv(nn.Module):
     """Depthwise causal convolution over time, then SiLU; keeps its last inputs for decoding.
 
@@ -91,8 +87,8 @@ class ShortConv(nn.Module):
 
     def __init__(self, channels: int, kernel_size: int = 4):
         super().__init__()
-        self.channels = _positive_int(channels, "channels")
-        self.kernel_size = _positive_int(kernel_size, "kernel_size")
+        self.channels = check_int(channels, "channels", 1)
+        self.kernel_size = check_int(kernel_size, "kernel_size", 1)
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size))
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))  # nn.Conv1d's default
 
@@ -125,7 +121,7 @@ class GatedRMSNorm(nn.Module):
             raise ValueError(f"activation must be one of {list(self._ACTS)}, got {activation!r}")
         if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0):
             raise ValueError(f"eps must be a positive number, got {eps!r}")
-        self.weight = nn.Parameter(torch.ones(_positive_int(dim, "dim")))
+        self.weight = nn.Parameter(torch.ones(check_int(dim, "dim", 1)))
         self.eps, self.activation = float(eps), activation
 
     def forward(self, x: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
@@ -149,14 +145,15 @@ class _DeltaLayer(nn.Module):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
-        H = config.n_head if n_head is None else _positive_int(n_head, "n_head")
-        Dk = config.head_dim if head_dim is None else _positive_int(head_dim, "head_dim")
+        H = config.n_head if n_head is None else check_int(n_head, "n_head", 1)
+        Dk = config.head_dim if head_dim is None else check_int(head_dim, "head_dim", 1)
         if isinstance(expand_v, bool) or not isinstance(expand_v, (int, float)) or expand_v <= 0 \
                 or not float(Dk * expand_v).is_integer():
             raise ValueError(f"expand_v must be a positive number with head_dim * expand_v an "
                              f"integer (head_dim = {Dk}), got {expand_v!r}")
-        _positive_int(conv_size, "conv_size", minimum=0)
-        self.chunk_size = _positive_int(chunk_size, "chunk_size")
+        check_int(conv_size, "conv_size", 0)
+        _v.check_positive_float(norm_eps, "norm_eps")
+        self.chunk_size = check_int(chunk_size, "chunk_size", 1)
         self.n_embd, self.n_head, self.head_k_dim = config.n_embd, H, Dk
         self.head_v_dim = int(Dk * expand_v)
         self.key_dim, self.value_dim = H * Dk, H * self.head_v_dim
@@ -221,9 +218,8 @@ class _DeltaLayer(nn.Module):
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
         """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with its cache (:meth:`new_cache`),
         continue from the cached state and store the new one."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.n_embd:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, T, n_embd={self.n_embd}), got {shape}")
+        _v.check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
+                             shape=f"(B, T, n_embd={self.n_embd})")
         if cache is not None and not isinstance(cache, StateCache):
             raise ValueError(f"cache must be a StateCache (from new_cache), got "
                              f"{type(cache).__name__} -- a KVCache is for softmax attention")

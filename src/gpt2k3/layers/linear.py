@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 
 from .._validate import check_positive_float
-from .._validate import check_positive_int
+from .._validate import check_layer_input, check_positive_int
 from ..accounting import mixer_state_numbers
 from ..cache import StateCache
 from ..gpt2 import GPTConfig
@@ -72,8 +72,8 @@ class LinearAttention(nn.Module):
         return StateCache()
 
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[-1] != self.n_embd:
-            raise ValueError(f"x must have shape (B, T, n_embd={self.n_embd}), got {tuple(x.shape)}")
+        check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
+                          shape=f"(B, T, n_embd={self.n_embd})")
         if cache is not None and not isinstance(cache, StateCache):
             raise ValueError(f"cache must be a StateCache (from new_cache), got {type(cache).__name__}"
                              " -- a KVCache is for softmax attention")
@@ -103,7 +103,8 @@ def state_nbytes(n_layer: int, n_head: int, head_dim: int, batch: int = 1, dtype
     It does not depend on the context length -- compare ``2 * L * B * H * N * D`` numbers for a
     KV cache at ``N`` tokens.
     """
-    for name, value in (("n_layer", n_layer), ("batch", batch), ("dtype_bytes", dtype_bytes)):
+    for name, value in (("n_layer", n_layer), ("n_head", n_head), ("head_dim", head_dim),
+                        ("batch", batch), ("dtype_bytes", dtype_bytes)):
         check_positive_int(value, name)
     per_layer = sum(mixer_state_numbers(n_head, head_dim, normalizer=True).values())
     return n_layer * batch * per_layer * dtype_bytes

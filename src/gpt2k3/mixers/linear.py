@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validate import (
+    check_float_tensor,
     check_chunk_size,
     check_linear_state,
     check_nonnegative,
@@ -83,6 +84,7 @@ def elu1(x: torch.Tensor) -> torch.Tensor:
     Positive in exact arithmetic; in floating point it rounds to 0 for very negative ``x``
     (below roughly -17 in float32), which is what the denominator's ``eps`` guards against.
     """
+    check_float_tensor(x, "x")
     return F.elu(x) + 1.0
 
 
@@ -94,6 +96,8 @@ def _check(q, k, v, initial_state, eps, normalize):
     """
     dims = check_qkv(q, k, v)
     eps = check_positive_float(eps, "eps")
+    if not isinstance(normalize, bool):
+        raise ValueError(f"normalize must be a bool, got {normalize!r}")
     if normalize:
         check_nonnegative(q, "q", _NONNEG_HINT)
         check_nonnegative(k, "k", _NONNEG_HINT)

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .._validate import check_layer_input, check_positive_float, check_positive_int
 from ..cache import LayerCache
 
 __all__ = [
@@ -73,11 +74,6 @@ __all__ = [
     "mha_equivalent_numbers_per_token",
     "compare_decodes",
 ]
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 @dataclass
@@ -106,17 +102,18 @@ class MLAConfig:
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
                      "qk_rope_head_dim", "v_head_dim", "max_len"):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(getattr(self, name), name)
         if self.q_lora_rank is not None:
-            _check_positive_int("q_lora_rank", self.q_lora_rank)
+            check_positive_int(self.q_lora_rank, "q_lora_rank")
         if self.qk_rope_head_dim % 2:
             raise ValueError("qk_rope_head_dim must be even (RoPE rotates pairs of dims), "
                              f"got {self.qk_rope_head_dim}")
         if not (isinstance(self.rope_theta, (int, float)) and not isinstance(self.rope_theta, bool)
                 and math.isfinite(self.rope_theta) and self.rope_theta > 1):
             raise ValueError(f"rope_theta must be a finite number > 1, got {self.rope_theta!r}")
-        if not (isinstance(self.norm_eps, (int, float)) and self.norm_eps > 0):
-            raise ValueError(f"norm_eps must be > 0, got {self.norm_eps!r}")
+        if not (isinstance(self.norm_eps, (int, float)) and not isinstance(self.norm_eps, bool)
+                and math.isfinite(self.norm_eps) and self.norm_eps > 0):
+            raise ValueError(f"norm_eps must be a finite number > 0, got {self.norm_eps!r}")
 
     @property
     def hidden_size(self) -> int:
@@ -203,6 +200,8 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
+        check_positive_int(dim, "dim")
+        check_positive_float(eps, "eps")
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
@@ -241,7 +240,9 @@ class LatentCache(LayerCache):
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
         for name, value in (("batch_size", batch_size), ("max_len", max_len),
                             ("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", qk_rope_head_dim)):
-            _check_positive_int(name, value)
+            check_positive_int(value, name)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         super().__init__()
         self.c_kv = torch.zeros(batch_size, max_len, kv_lora_rank, dtype=dtype, device=device)
         self.k_rope = torch.zeros(batch_size, max_len, qk_rope_head_dim, dtype=dtype, device=device)
@@ -321,11 +322,8 @@ class MLA(nn.Module):
 
     # ------------------------------------------------------------------ building blocks
     def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(
-                f"{name} must have shape (B, T, d_model={self.cfg.d_model}), got {shape}"
-            )
+        check_layer_input(x, name, self.cfg.d_model, self.kv_a_proj_with_mqa.weight.dtype,
+                          shape=f"(B, T, d_model={self.cfg.d_model})")
 
     @staticmethod
     def _positions(start: int, length: int) -> torch.Tensor:

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validate import (
+    check_int,
     check_attention_qkv,
     check_number,
     check_positive_float,
@@ -59,18 +60,21 @@ def causal_mask(t: int, past: int, device=None) -> torch.Tensor:
     This is the mask a chunk of ``t`` tokens needs when it arrives after ``past`` cached tokens:
     every query sees the whole cache plus the new tokens up to itself.
     """
+    t = check_int(t, "t", 0)
+    past = check_int(past, "past", 0)
     q_pos = torch.arange(past, past + t, device=device)[:, None]
     k_pos = torch.arange(past + t, device=device)[None, :]
     return k_pos <= q_pos
 
 
-def _check_args(q, k, v, scale):
-    dims = check_attention_qkv(q, k, v)
+def _check_args(q, k, v, scale, finite_kv: bool = True):
+    dims = check_attention_qkv(q, k, v, finite_kv)
     scale = check_positive_float(scale, "scale", none_ok=True)
     return dims, (1.0 / math.sqrt(dims[4]) if scale is None else scale)
 
 
-def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0) -> torch.Tensor:
+def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0,
+             check_kv: bool = True) -> torch.Tensor:
     """Causal softmax attention of the last ``Tq`` positions over all ``Tk``.
 
     ``A = softmax(s Q K^T + M)``, ``O = A V``, where ``M`` lets query ``i`` (absolute position
@@ -81,13 +85,19 @@ def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0) -> 
         scale: multiplies the scores; ``None`` means ``1/sqrt(Dk)``.
         dropout_p: attention-weight dropout probability in ``[0, 1)`` (training only; ``0``
             makes the function deterministic).
+        check_kv: check that ``k`` and ``v`` are finite (shapes and dtypes are always
+            checked, and ``q`` always). A layer reading a KV cache passes ``False``: the cache
+            checked each entry once when it was written, and scanning the whole cache again
+            on every decode step would cost as much as the attention itself.
 
     Returns:
         ``o`` of shape ``(B, H, Tq, Dv)``, in the promoted input dtype (computed in it too: the
         kernels accumulate half-precision inputs in float32 themselves, and casting a long KV
         cache up would copy it on every decode step).
     """
-    (B, H, Tq, Tk, Dk, Dv), scale = _check_args(q, k, v, scale)
+    if not isinstance(check_kv, bool):
+        raise ValueError(f"check_kv must be a bool, got {check_kv!r}")
+    (B, H, Tq, Tk, Dk, Dv), scale = _check_args(q, k, v, scale, check_kv)
     dropout_p = check_number(dropout_p, "dropout_p", 0.0, 1.0, what="a float in [0, 1)")
     if dropout_p == 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")

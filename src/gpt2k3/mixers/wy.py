@@ -100,6 +100,7 @@ def wy_representation(k, v, beta):
     entered with state ``S`` leaves it as ``S + K^T (U - W S)``. Token by token, for checking;
     :func:`ut_transform` gives the same factors from one matrix product.
     """
+    check_float_tensor(v, "v")
     k, beta, v = _prepare_chunk(k, beta, v)
     W, U = torch.zeros_like(k), torch.zeros_like(v)
     for t in range(k.shape[-2]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Callable, Mapping
 
 import ipywidgets as W
@@ -14,8 +15,9 @@ class Explorer(W.VBox):
     """An ipywidgets box: controls on top, the rendered figure below.
 
     ``current`` holds what is shown now: the object ``render`` returned, or the
-    message of the ``ValueError`` it raised (an explorer never shows a stale or
-    broken figure).
+    message of the exception it raised -- a ``ValueError`` is shown as "not a valid
+    setting", any other exception as "could not draw" with its type -- so an explorer
+    never shows a stale or broken figure.
     """
 
     def __init__(self, controls: Mapping[str, W.ValueWidget], render: Callable[..., object],
@@ -36,7 +38,10 @@ class Explorer(W.VBox):
         try:
             self.current = self.render(**values)
         except ValueError as err:
-            self.current = W.HTML(f"<b>Not a valid setting:</b> {err}")
+            self.current = W.HTML(f"<b>Not a valid setting:</b> {html.escape(str(err), quote=False)}")
+        except Exception as err:  # noqa: BLE001 -- any failure replaces the old figure
+            self.current = W.HTML(f"<b>Could not draw this setting</b> "
+                                  f"({type(err).__name__}): {html.escape(str(err), quote=False)}")
         # Replace the Output widget's contents through its state, in one step.  Not
         # ``with self.output: clear_output(); display(...)``: outputs captured that way make
         # a headless client (nbclient, nbconvert) answer on the kernel's shell socket from

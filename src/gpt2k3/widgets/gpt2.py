@@ -20,7 +20,8 @@ def param_explorer(base: ArchSpec = GPT2_SMALL) -> Explorer:
     style = {"description_width": "initial"}
     n_layer = W.IntSlider(value=base.n_layer, min=1, max=128, description="n_layer", style=style)
     n_head = W.IntSlider(value=base.n_head, min=1, max=128, description="n_head", style=style)
-    n_embd = W.IntSlider(value=base.d_model, min=base.n_head, max=16384, step=base.n_head,
+    n_embd = W.IntSlider(value=base.d_model, min=base.n_head, max=16384 // base.n_head * base.n_head,
+                         step=base.n_head,
                          description="n_embd", style=style)
     vocab = W.IntSlider(value=base.vocab_size, min=256, max=262144, step=1, description="vocab",
                         style=style)
@@ -28,7 +29,14 @@ def param_explorer(base: ArchSpec = GPT2_SMALL) -> Explorer:
 
     def keep_divisible(change):
         h = change["new"]
-        n_embd.min = h
+        # the maximum is a multiple of n_head too, so the slider's own end is a valid model
+        top = 16384 // h * h
+        if top >= n_embd.max:
+            n_embd.max = top
+            n_embd.min = h
+        else:
+            n_embd.min = h
+            n_embd.max = top
         n_embd.step = h
         n_embd.value = max(h, round(n_embd.value / h) * h)
 

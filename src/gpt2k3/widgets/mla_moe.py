@@ -74,8 +74,15 @@ def routing_explorer() -> Explorer:
                 "top_k": slider(2, 1, 16, 1, "top-k"),
                 "n_tokens": slider(48, 8, 128, 8, "tokens"),
                 "n_topics": slider(4, 1, 8, 1, "topics"),
-                "balance_steps": slider(0, 0, 100, 1, "balancing rounds"),
+                "balance_steps": slider(0, 0, 50, 1, "balancing rounds"),
                 "seed": slider(0, 0, 9, 1, "seed")}
+    # top-k can never exceed the number of experts: its range follows that slider
+    controls["top_k"].max = min(16, controls["n_experts"].value)
+
+    def follow(change):
+        controls["top_k"].max = min(16, change["new"])
+
+    controls["n_experts"].observe(follow, names="value")
 
     def render(n_experts, top_k, n_tokens, n_topics, balance_steps, seed):
         return moe_routing(top_ks=(top_k,), n_experts=n_experts, n_tokens=n_tokens,
