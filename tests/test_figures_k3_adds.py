@@ -1,6 +1,6 @@
 """Chapter "What Kimi K3 adds": the plain-float companions in ``gpt2k3.k3`` (Attention-Residual
-reads, fla's bounded-gate chunk rule, latent-expert costs, SiTU's factors), the figures that lay
-them out, and the live explorers."""
+reads, the bounded gate's diagonal blocks in fla's KDA kernel, fla's DPLR chunk rule,
+latent-expert costs, SiTU's factors), the figures that lay them out, and the live explorers."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from gpt2k3.archs import KIMI_K3, KIMI_LINEAR_48B
 from gpt2k3.figures import k3_adds as figs
 from gpt2k3.forgetting import half_life
 from gpt2k3.gpt2 import GPTConfig
-from gpt2k3.k3 import (DepthMix, attn_res_reads, bounded_gate_chunk_is_safe, largest_safe_chunk,
-                       latent_moe_break_even, latent_moe_cost, situ, situ_bound, situ_factors,
-                       situ_reference, swiglu_reference, tiny_k3)
+from gpt2k3.k3 import (FLA_KDA_CHUNK, FLA_KDA_GATE_SHIFT, FLA_KDA_SUB_CHUNK, FLOAT32_MAX_EXP,
+                       DepthMix, attn_res_reads, dplr_chunk_is_safe, dplr_largest_safe_chunk,
+                       kda_diagonal_block_exponents, kda_diagonal_block_fits_float32,
+                       kda_largest_diagonal_block, latent_moe_break_even, latent_moe_cost, situ,
+                       situ_bound, situ_factors, situ_reference, swiglu_reference, tiny_k3)
 
 
 # ------------------------------------------------------------------ Attention-Residual reads
@@ -28,6 +30,9 @@ def test_attn_res_reads_for_k3_and_the_limits():
     assert r.mean_sources == pytest.approx(r.sources_read / 187)
     # block size 1 keeps every layer apart; a block as deep as the stack keeps two sources
     assert attn_res_reads(93, 1).final == 94 and attn_res_reads(93, 1).max_sources == 94
+    # the paper counts sub-layers: K3's 12 decoder layers are 24 of them; Full AttnRes keeps
+    # every sub-layer's output, 2 * 93 + 1 sources at the head
+    assert r.block_sublayers == 24 and r.full_sublayer_sources == 187 == len(r.reads)
     assert set(attn_res_reads(93, 93).reads) == {1, 2} and attn_res_reads(93, 200).final == 2
     with pytest.raises(ValueError, match="n_layer"):
         attn_res_reads(0, 12)
@@ -53,10 +58,10 @@ def test_attn_res_reads_are_what_the_model_mixes(n_layer, block):
     assert seen["residual.final"] == r.final
 
 
-# ------------------------------------------------------------------ the bounded gate's chunk
+# ------------------------------------------------------------------ the bounded gate's blocks
 def _fla_gate_bound_is_safe():
-    """fla-core's ``gate_bound_is_safe``, taken out of its file by name (the file imports
-    triton at the top), with fla's ``RCP_LN2``."""
+    """fla-core's ``gate_bound_is_safe`` (its DPLR kernels' rule), taken out of its file by name
+    (the file imports triton at the top), with fla's ``RCP_LN2``."""
     from fla_oracle import fla_package_dir
 
     root = fla_package_dir()
@@ -73,7 +78,7 @@ def _fla_gate_bound_is_safe():
     return namespace["gate_bound_is_safe"], namespace["RCP_LN2"]
 
 
-def test_bounded_gate_chunk_rule_is_fla_cores():
+def test_dplr_chunk_rule_is_fla_cores():
     pytest.importorskip("fla")
     theirs, rcp_ln2 = _fla_gate_bound_is_safe()
     from gpt2k3.k3 import FLA_RCP_LN2
@@ -81,21 +86,83 @@ def test_bounded_gate_chunk_rule_is_fla_cores():
     assert FLA_RCP_LN2 == rcp_ln2
     for bound in (-0.5, -1.0, -2.5, -5.0, -7.0, -20.0, -100.0):
         for chunk in (1, 2, 8, 16, 32, 33, 34, 64, 128):
-            assert bounded_gate_chunk_is_safe(bound, chunk) == theirs(bound, chunk), (bound, chunk)
+            assert dplr_chunk_is_safe(bound, chunk) == theirs(bound, chunk), (bound, chunk)
 
 
-def test_largest_safe_chunk():
-    assert largest_safe_chunk(KIMI_K3.kda_gate_lower_bound) == 32
-    assert bounded_gate_chunk_is_safe(-5.0, 16) and not bounded_gate_chunk_is_safe(-5.0, 64)
-    assert largest_safe_chunk(-1.0) == 128 and largest_safe_chunk(-100.0) == 0
+def test_dplr_largest_safe_chunk():
+    assert dplr_largest_safe_chunk(KIMI_K3.kda_gate_lower_bound) == 32
+    assert dplr_chunk_is_safe(-5.0, 16) and not dplr_chunk_is_safe(-5.0, 64)
+    assert dplr_largest_safe_chunk(-1.0) == 128 and dplr_largest_safe_chunk(-100.0) == 0
     for bound in (-0.3, -2.0, -5.0, -9.0):
-        c = largest_safe_chunk(bound)
-        assert bounded_gate_chunk_is_safe(bound, c) and not bounded_gate_chunk_is_safe(bound, 2 * c)
+        c = dplr_largest_safe_chunk(bound)
+        assert dplr_chunk_is_safe(bound, c) and not dplr_chunk_is_safe(bound, 2 * c)
     for bad in (0.0, 1.0, math.nan, -math.inf, True, "x"):
         with pytest.raises(ValueError, match="lower_bound"):
-            largest_safe_chunk(bad)
+            dplr_largest_safe_chunk(bad)
     with pytest.raises(ValueError, match="chunk_size"):
-        bounded_gate_chunk_is_safe(-5.0, 0)
+        dplr_chunk_is_safe(-5.0, 0)
+
+
+def test_kda_diagonal_block_exponents_are_fla_cores_bounds():
+    # fla-core 0.6.0 chunk_kda_fwd_intra's docstring: BC=16, s=2, L=-5 -> exp(15) and exp(60)
+    assert kda_diagonal_block_exponents(-5.0) == (15.0, 60.0)
+    assert (FLA_KDA_CHUNK, FLA_KDA_SUB_CHUNK, FLA_KDA_GATE_SHIFT) == (64, 16, 2.0)
+    assert kda_diagonal_block_fits_float32(-5.0, 16)
+    assert not kda_diagonal_block_fits_float32(-5.0, 32)
+    assert kda_largest_diagonal_block(KIMI_K3.kda_gate_lower_bound) == FLA_KDA_SUB_CHUNK
+    assert FLOAT32_MAX_EXP == pytest.approx(88.7228, abs=1e-4)
+    assert math.isfinite(float(torch.tensor(FLOAT32_MAX_EXP - 0.01).exp()))    # float32 holds
+    assert float(torch.tensor(FLOAT32_MAX_EXP + 0.01).exp()) == math.inf      # and overflows
+    assert kda_largest_diagonal_block(-1.0) == 64 and kda_largest_diagonal_block(-100.0) == 1
+    for bound in (-0.3, -2.0, -5.0, -9.0):
+        c = kda_largest_diagonal_block(bound)
+        assert kda_diagonal_block_fits_float32(bound, c)
+        assert not kda_diagonal_block_fits_float32(bound, 2 * c)
+    for bad in (0.0, 1.0, math.nan, True):
+        with pytest.raises(ValueError, match="lower_bound"):
+            kda_diagonal_block_exponents(bad)
+    with pytest.raises(ValueError, match="sub_chunk"):
+        kda_diagonal_block_exponents(-5.0, 0)
+    with pytest.raises(ValueError, match="shift"):
+        kda_diagonal_block_exponents(-5.0, 16, 0.0)
+
+
+def test_kda_diagonal_block_factors_meet_their_bounds():
+    """The factorisation itself, in float64: for log-decays in [L, 0] over a sub-chunk, the
+    query factors exp(G_i - C) and key factors exp(C - G_j) with C = G_0 - d stay under the
+    returned exponents, reach the key bound when every decay sits on the floor, and multiply
+    back to exp(G_i - G_j)."""
+    g = torch.Generator().manual_seed(0)
+    for bound, size in ((-5.0, 16), (-2.0, 32), (-9.0, 8)):
+        q_exp, k_exp = kda_diagonal_block_exponents(bound, size)
+        gates = [bound * torch.rand(64, size, generator=g, dtype=torch.float64),
+                 torch.full((1, size), bound, dtype=torch.float64),     # all on the floor
+                 torch.zeros(1, size, dtype=torch.float64)]              # no decay at all
+        for gate in gates:
+            G = gate.cumsum(-1)
+            C = G[:, :1] - (size - 1) * FLA_KDA_GATE_SHIFT / 2
+            assert float((G - C).max()) <= q_exp + 1e-9
+            assert float((C - G).max()) <= k_exp + 1e-9
+            i, j = torch.tril_indices(size, size)
+            torch.testing.assert_close((G - C)[:, i].exp() * (C - G)[:, j].exp(),
+                                       (G[:, i] - G[:, j]).exp(), rtol=1e-12, atol=0)
+        floor = torch.full((size,), bound, dtype=torch.float64).cumsum(0)
+        assert float((floor[0] - (size - 1) * FLA_KDA_GATE_SHIFT / 2 - floor).max()) == \
+            pytest.approx(k_exp)
+
+
+def test_fla_kda_kernel_constants():
+    """fla-core's KDA intra-chunk kernel: 32- or 64-token chunks, 16-token sub-chunks, shift 2
+    by default (read from the source, which imports triton)."""
+    from fla_oracle import fla_package_dir
+
+    path = fla_package_dir() / "ops" / "kda" / "chunk_intra.py"
+    if not path.is_file():
+        pytest.skip("this fla-core has no kda/chunk_intra.py")
+    src = path.read_text()
+    assert "BC = 16" in src and "chunk_size 32 or 64" in src
+    assert "(-lower_bound if lower_bound is not None else 2.)" in src
+    assert "keep diagonal-block exponentials within FP32 range" in src
 
 
 # ------------------------------------------------------------------ latent experts
@@ -131,8 +198,16 @@ def test_latent_moe_break_even(spec):
     full = latent_moe_cost(spec, 0).matmul_active
     assert latent_moe_cost(spec, math.floor(w)).matmul_active <= full
     assert latent_moe_cost(spec, min(spec.d_model, math.floor(w) + 1)).matmul_active > full
+    # for the parameters stored, all experts shrink: the break-even is much closer to d_model
+    ws = latent_moe_break_even(spec, stored=True)
+    stored = latent_moe_cost(spec, 0).total
+    assert w < ws < spec.d_model
+    assert latent_moe_cost(spec, math.floor(ws)).total <= stored
+    assert latent_moe_cost(spec, min(spec.d_model, math.floor(ws) + 1)).total > stored
     with pytest.raises(ValueError, match="spec"):
         latent_moe_break_even(None)
+    with pytest.raises(ValueError, match="stored"):
+        latent_moe_break_even(spec, stored="yes")
 
 
 # ------------------------------------------------------------------ SiTU

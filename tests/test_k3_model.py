@@ -15,12 +15,15 @@ from gpt2k3.accounting import count_params, kda_log_decay
 from gpt2k3.archs import KIMI_K3
 from gpt2k3.gpt2 import GPT, GPTConfig, generate
 from gpt2k3.cache import ModelCache
-from gpt2k3.k3 import (SITU_BETA, SITU_LINEAR_BETA, AttnResidual, BoundedKDA, DepthMix,
-                       GatedNoPEMLA, LatentMoE, LatentMoEConfig, bounded_log_decay, depth_mix,
-                       depth_mix_reference, k3_model, k3_schedule, situ, situ_reference, tiny_k3)
+from gpt2k3.archs import KIMI_K3_CONFIG
+from gpt2k3.k3 import (K3_RMS_NORM_EPS, SITU_BETA, SITU_LINEAR_BETA, AttnResidual, BoundedKDA,
+                       DepthMix, GatedNoPEMLA, GatedRoPEMLA, LatentMoE, LatentMoEConfig,
+                       bounded_log_decay, depth_mix, depth_mix_reference, k3_model, k3_schedule,
+                       situ, situ_reference, tiny_k3)
+from gpt2k3.layers.delta import GatedRMSNorm
 from gpt2k3.layers import StateCache
 from gpt2k3.layers.delta import DeltaState
-from gpt2k3.mixers.mla import MLA, LatentCache, MLAConfig
+from gpt2k3.mixers.mla import MLA, LatentCache, MLAConfig, RMSNorm
 
 CFG = GPTConfig(block_size=64, vocab_size=97, n_layer=5, n_head=2, n_embd=32)
 
@@ -142,6 +145,12 @@ def test_nope_mla_sees_no_positions_and_the_gate_is_a_sigmoid():
     rope = MLA(m.cfg).double()
     rope.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("g_proj")})
     assert (rope(x)[:, -1] - rope(x[:, perm])[:, -1]).abs().max() > 1e-6
+    # nor with the gate kept and only the rotation put back: NoPE is what makes it hold
+    gated_rope = GatedRoPEMLA(m.cfg).double()
+    gated_rope.load_state_dict(m.state_dict())
+    assert (gated_rope(x)[:, -1] - gated_rope(x[:, perm])[:, -1]).abs().max() > 1e-6
+    # at a single token there is nothing to rotate against: the two layers agree
+    torch.testing.assert_close(gated_rope(x[:, :1]), m(x[:, :1]), rtol=1e-12, atol=1e-12)
     # gate: g_proj = 0 gives sigmoid(0) = 1/2 of the ungated attention output
     with torch.no_grad():
         m.g_proj.weight.zero_()
@@ -150,6 +159,21 @@ def test_nope_mla_sees_no_positions_and_the_gate_is_a_sigmoid():
     torch.testing.assert_close(m(x), 0.5 * ungated, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="cfg"):
         GatedNoPEMLA("not a config")
+
+
+def test_gated_rope_control_decodes_and_shares_the_parameters():
+    m = _mla()
+    ctl = GatedRoPEMLA(m.cfg).double()
+    ctl.load_state_dict(m.state_dict())
+    assert [k for k, _ in ctl.named_parameters()] == [k for k, _ in m.named_parameters()]
+    x = torch.randn(2, 10, 32, generator=_gen(15), dtype=torch.float64)
+    full = ctl(x)
+    for absorb in (True, False):
+        ctl.absorb = absorb
+        cache = ctl.new_cache(2, 10)
+        steps = [ctl(x[:, :3], cache=cache)] + [ctl(x[:, i:i + 1], cache=cache)
+                                                for i in range(3, 10)]
+        torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-12, atol=1e-12)
 
 
 # ============================================================================ 4. SiTU-GLU
@@ -207,6 +231,75 @@ def test_latent_moe_batched_equals_loop_reference_in_float64(kw):
     moe = LatentMoE(_moe_cfg(**kw)).double()
     x = torch.randn(3, 7, 24, generator=_gen(10), dtype=torch.float64)
     torch.testing.assert_close(moe(x), moe.forward_loop_reference(x), rtol=1e-12, atol=1e-12)
+
+
+def test_latent_moe_normalises_the_routed_sum_before_the_up_projection():
+    """SGLang ``KimiK3MoE``'s order: the experts read the raw ``x W_down``; the RMSNorm acts on
+    their weighted sum in latent space, before the one up projection."""
+    torch.manual_seed(16)
+    moe = LatentMoE(_moe_cfg()).double()
+    with torch.no_grad():
+        moe.routed_expert_norm.weight.copy_(torch.rand(12, generator=_gen(17), dtype=torch.float64)
+                                            + 0.5)
+    x = torch.randn(2, 5, 24, generator=_gen(18), dtype=torch.float64)
+    flat = x.reshape(-1, 24)
+    with torch.no_grad():
+        weights, indices = moe.gate(flat)
+        z = flat @ moe.routed_expert_down_proj.weight.T               # no norm before experts
+        routed = torch.stack([sum(w * moe.experts[e](z[n:n + 1])[0]
+                                  for w, e in zip(weights[n], indices[n].tolist()))
+                              for n in range(flat.shape[0])])
+        ms = routed.pow(2).mean(-1, keepdim=True)
+        normed = routed / torch.sqrt(ms + K3_RMS_NORM_EPS) * moe.routed_expert_norm.weight
+        expected = normed @ moe.routed_expert_up_proj.weight.T + moe.shared_experts(flat)
+        torch.testing.assert_close(moe(x).reshape(-1, 24), expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(moe.forward_loop_reference(x).reshape(-1, 24), expected,
+                                   rtol=1e-12, atol=1e-12)
+        # the norm before the experts (the order this module had once) is a different function
+        wrong = torch.stack([sum(w * moe.experts[e](moe.routed_expert_norm(z[n:n + 1]))[0]
+                                 for w, e in zip(weights[n], indices[n].tolist()))
+                             for n in range(flat.shape[0])])
+        wrong = wrong @ moe.routed_expert_up_proj.weight.T + moe.shared_experts(flat)
+        assert (wrong - expected).abs().max() > 1e-3
+        assert torch.equal(moe.down(flat), z) and torch.allclose(moe.up(routed), expected
+                                                                 - moe.shared_experts(flat))
+
+
+def test_latent_norm_makes_the_routed_scale_irrelevant():
+    """RMSNorm divides out the routed sum's overall scale: ``routed_scaling_factor`` changes
+    the output only through the norm's eps -- scaling by ``c`` with eps ``e`` is exactly no
+    scaling with eps ``e / c**2`` -- and, without the norm, scales the routed output."""
+    x = torch.randn(3, 4, 24, generator=_gen(19), dtype=torch.float64)
+
+    def out(factor, norm=True, eps=K3_RMS_NORM_EPS):
+        torch.manual_seed(20)
+        moe = LatentMoE(_moe_cfg(routed_scaling_factor=factor, latent_norm=norm,
+                                 norm_eps=eps)).double()
+        with torch.no_grad():
+            return moe(x)
+
+    torch.testing.assert_close(out(2.5), out(1.0, eps=K3_RMS_NORM_EPS / 2.5 ** 2),
+                               rtol=1e-12, atol=1e-12)
+    assert (out(1.0, norm=False) - out(2.5, norm=False)).abs().max() > 1e-3
+    # once the routed sum is far above eps the factor is invisible
+    torch.testing.assert_close(out(2.5, eps=1e-12), out(1.0, eps=1e-12), rtol=1e-6, atol=1e-9)
+
+
+def test_k3_norms_use_k3s_rms_norm_eps():
+    assert K3_RMS_NORM_EPS == KIMI_K3_CONFIG["rms_norm_eps"][0] == 1e-5
+    torch.manual_seed(0)
+    model = tiny_k3(CFG)
+    norms = [m for m in model.modules() if isinstance(m, (RMSNorm, GatedRMSNorm))]
+    kinds = {type(m.mlp.routed_expert_norm).__name__ for m in model.transformer.h[1:]}
+    assert kinds == {"RMSNorm"} and len(norms) > 2 * CFG.n_layer
+    assert {m.eps for m in norms} == {K3_RMS_NORM_EPS}
+    assert {m.norm.eps for m in model.modules() if isinstance(m, DepthMix)} == {K3_RMS_NORM_EPS}
+    other = k3_model(CFG, model.spec, norm_eps=1e-6)
+    assert {m.eps for m in other.modules() if isinstance(m, (RMSNorm, GatedRMSNorm))} == {1e-6}
+    with pytest.raises(ValueError, match="norm_eps"):
+        _moe_cfg(norm_eps=0.0)
+    with pytest.raises(ValueError, match="eps"):
+        DepthMix(8, eps=-1.0)
 
 
 def test_latent_moe_shapes_count_and_bad_config():

@@ -11,9 +11,10 @@ the two differ, and the config field it follows:
    (``linear_attn_config.use_full_rank_gate``).
 2. :class:`GatedNoPEMLA` -- MLA without rotary positions (``mla_use_nope``) and with a
    full-rank sigmoid gate on its output (``mla_use_output_gate``).
-3. :class:`LatentMoE` -- routed experts working at a narrower width behind a down projection, an
-   RMSNorm and an up projection (``routed_expert_hidden_size``, ``latent_moe_use_norm``);
-   shared experts at full width; sigmoid router with top-k.
+3. :class:`LatentMoE` -- routed experts working at a narrower width behind a down projection,
+   their weighted sum RMS-normalised in that width and then projected up
+   (``routed_expert_hidden_size``, ``latent_moe_use_norm``); shared experts at full width;
+   sigmoid router with top-k.
 4. :func:`situ` and :class:`SituGLU` -- the SiTU-GLU activation (``hidden_act: "situ"``,
    ``activation_situ_beta`` 4.0, ``activation_situ_linear_beta`` 25.0).
 5. :func:`depth_mix_reference`, :func:`depth_mix` and :class:`DepthMix` -- Attention Residuals
@@ -41,8 +42,8 @@ from .mixers.mla import MLA, LatentCache, MLAConfig, RMSNorm
 from .moe import MoEConfig, Router
 
 __all__ = [
-    "K3_GATE_LOWER_BOUND", "SITU_BETA", "SITU_LINEAR_BETA", "K3_FULL_ATTN_EVERY",
-    "bounded_log_decay", "BoundedKDA", "GatedNoPEMLA",
+    "K3_GATE_LOWER_BOUND", "K3_RMS_NORM_EPS", "SITU_BETA", "SITU_LINEAR_BETA", "K3_FULL_ATTN_EVERY",
+    "bounded_log_decay", "BoundedKDA", "GatedNoPEMLA", "GatedRoPEMLA",
     "situ", "situ_reference", "SituGLU", "LatentMoEConfig", "LatentMoE",
     "depth_mix_reference", "depth_mix", "DepthMix",
     "k3_schedule", "AttnResidual", "k3_model", "tiny_k3",
@@ -50,6 +51,11 @@ __all__ = [
 
 #: ``linear_attn_config.gate_lower_bound`` of Kimi K3's config.json.
 K3_GATE_LOWER_BOUND = -5.0
+#: ``rms_norm_eps`` of Kimi K3's config.json (``gpt2k3.archs.KIMI_K3_CONFIG``), which SGLang
+#: 0.5.23 gives its RMSNorms as ``config.rms_norm_eps``: the layer norms, MLA's latent norms,
+#: the routed experts' latent norm and the Attention-Residual score norms (KDA's output norm
+#: takes 1e-5 as its constructor default). ``KimiLinearConfig``'s own default is 1e-6.
+K3_RMS_NORM_EPS = 1e-5
 #: ``activation_situ_beta`` / ``activation_situ_linear_beta`` (SGLang ``SituAndMul``).
 SITU_BETA, SITU_LINEAR_BETA = 4.0, 25.0
 #: K3's ``full_attn_layers`` are every 4th layer (1-based) plus the last one.
@@ -136,8 +142,10 @@ class GatedNoPEMLA(MLA):
 
     * **NoPE** (``mla_use_nope: true``): nothing is rotated. The ``qk_rope_head_dim`` part of
       each query and the shared key (still produced by ``q_b_proj`` and ``kv_a_proj_with_mqa``,
-      and still cached beside the latent) is used as it is, so attention never sees a position:
-      order reaches it only through the KDA layers' recurrence and convolution.
+      and still cached beside the latent) is used as it is, so no score is a function of
+      position: order reaches the layer through the causal mask (a causal NoPE stack can
+      recover positions from it; Kazemnejad et al. 2023, arXiv:2305.19466) and through the KDA
+      layers' recurrence and convolution.
     * **Output gate** (``mla_use_output_gate: true``): the concatenated head outputs are
       multiplied by ``sigmoid(x W_g)``, ``W_g`` (``g_proj``) of ``d_model x n_heads v_head_dim``,
       before ``o_proj``.
@@ -182,6 +190,19 @@ class GatedNoPEMLA(MLA):
         o = torch.einsum("bhtr,hvr->bhtv", torch.einsum("bhts,bsr->bhtr", p, c_kv), w_uv)
         out = self._gated_merge(o, x)
         return out[:, 0] if squeeze else out
+
+
+class GatedRoPEMLA(GatedNoPEMLA):
+    """A control, not a K3 layer: :class:`GatedNoPEMLA` with DeepSeek's rotation put back.
+
+    The same parameters (its state dict loads into a :class:`GatedNoPEMLA` and back) and the
+    same output gate; only the ``qk_rope_head_dim`` part of the queries and the shared key is
+    rotated by position, as in :class:`gpt2k3.mixers.mla.MLA`. Comparing the two isolates the
+    one change NoPE makes.
+    """
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return MLA._rope(self, x, positions)
 
 
 # ============================================================================ 4. SiTU-GLU
@@ -246,7 +267,8 @@ class LatentMoEConfig:
     ``d_model`` [hidden_size], ``latent_dim`` [routed_expert_hidden_size] (``<= d_model``),
     ``latent_norm`` [latent_moe_use_norm], ``n_routed_experts`` [num_experts],
     ``n_shared_experts`` [num_shared_experts], ``top_k`` [num_experts_per_token], ``d_expert``
-    [moe_intermediate_size], ``routed_scaling_factor``, and the SiTU constants.
+    [moe_intermediate_size], ``routed_scaling_factor``, the SiTU constants, and ``norm_eps``
+    [rms_norm_eps] for the latent RMSNorm.
     """
 
     d_model: int
@@ -259,11 +281,13 @@ class LatentMoEConfig:
     routed_scaling_factor: float = 1.0
     situ_beta: float = SITU_BETA
     situ_linear_beta: float | None = SITU_LINEAR_BETA
+    norm_eps: float = K3_RMS_NORM_EPS
 
     def __post_init__(self) -> None:
         for name in ("d_model", "latent_dim", "n_routed_experts", "top_k", "d_expert"):
             _int(getattr(self, name), name)
         _int(self.n_shared_experts, "n_shared_experts", 0)
+        _positive_number(self.norm_eps, "norm_eps")
         if self.latent_dim > self.d_model:
             raise ValueError(f"latent_dim ({self.latent_dim}) must be <= d_model "
                              f"({self.d_model}): the latent MoE projects tokens down, not up")
@@ -286,15 +310,20 @@ class LatentMoE(nn.Module):
     """K3's mixture of experts with latent experts (SGLang ``KimiK3MoE``), ``(B, T, d)`` in and
     out::
 
-        z = RMSNorm(x W_down)                          d_model -> latent_dim
-        y = shared(x) + W_up( sum_{e in TopK(x)} w_e(x) expert_e(z) )
+        z = x W_down                                              d_model -> latent_dim
+        y = shared(x) + W_up RMSNorm( sum_{e in TopK(x)} w_e(x) expert_e(z) )
 
     The router (:class:`gpt2k3.moe.Router`, sigmoid scores) reads the full-width ``x``; the
     shared experts (one :class:`SituGLU` of width ``n_shared_experts * d_expert``) work at full
     width; only the routed experts work at ``latent_dim`` -- each is ``3 latent_dim d_expert``
-    instead of ``3 d_model d_expert``, and a token's ``top_k`` experts read and write the narrow
-    ``z``. Parameter names follow SGLang: ``routed_expert_down_proj``, ``routed_expert_norm``,
-    ``routed_expert_up_proj``.
+    instead of ``3 d_model d_expert``, and a token's ``top_k`` experts read the raw projection
+    ``z`` and write into a ``latent_dim``-wide sum. The RMSNorm (``latent_norm``) acts on that
+    weighted sum, after the experts and before the one up projection -- SGLang's order on every
+    path (``_reduce_latent``: tensor-parallel partial sums are reduced in latent space *before*
+    the norm, since a norm of a sum is not a sum of norms). Because RMSNorm divides out the
+    sum's overall scale, ``routed_scaling_factor`` and the top-k renormalisation change the
+    routed output only through the norm's ``eps``. Parameter names follow SGLang:
+    ``routed_expert_down_proj``, ``routed_expert_norm``, ``routed_expert_up_proj``.
 
     :meth:`forward` batches each expert's tokens; :meth:`forward_loop_reference` is the
     definition, one token and one expert at a time.
@@ -308,7 +337,8 @@ class LatentMoE(nn.Module):
         act = dict(beta=cfg.situ_beta, linear_beta=cfg.situ_linear_beta)
         self.gate = Router(cfg.router_config())
         self.routed_expert_down_proj = nn.Linear(cfg.d_model, cfg.latent_dim, bias=False)
-        self.routed_expert_norm = RMSNorm(cfg.latent_dim) if cfg.latent_norm else nn.Identity()
+        self.routed_expert_norm = (RMSNorm(cfg.latent_dim, cfg.norm_eps) if cfg.latent_norm
+                                   else nn.Identity())
         self.experts = nn.ModuleList(SituGLU(cfg.latent_dim, cfg.d_expert, **act)
                                      for _ in range(cfg.n_routed_experts))
         self.routed_expert_up_proj = nn.Linear(cfg.latent_dim, cfg.d_model, bias=False)
@@ -321,15 +351,20 @@ class LatentMoE(nn.Module):
             raise ValueError(f"x must have shape (B, T, d_model={self.cfg.d_model}), got {shape}")
         return x.reshape(-1, x.shape[-1])
 
-    def latent(self, flat: torch.Tensor) -> torch.Tensor:
-        """``RMSNorm(x W_down)``: what the routed experts read, ``(N, latent_dim)``."""
-        return self.routed_expert_norm(self.routed_expert_down_proj(flat))
+    def down(self, flat: torch.Tensor) -> torch.Tensor:
+        """``x W_down``: what the routed experts read, ``(N, latent_dim)`` -- not normalised."""
+        return self.routed_expert_down_proj(flat)
+
+    def up(self, routed_sum: torch.Tensor) -> torch.Tensor:
+        """``W_up RMSNorm(routed_sum)``: the routed experts' weighted sum ``(N, latent_dim)``,
+        normalised in latent space (when ``latent_norm``), projected back to ``d_model``."""
+        return self.routed_expert_up_proj(self.routed_expert_norm(routed_sum))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Batched form: each expert runs once on all the tokens routed to it (in latent space)."""
         flat = self._check_x(x)
         weights, indices = self.gate(flat)                                  # (N, k), (N, k)
-        z = self.latent(flat)
+        z = self.down(flat)
         acc = torch.zeros_like(z)
         order = indices.flatten().argsort(stable=True)                      # slots by expert
         token_of, weight_of = order // self.cfg.top_k, weights.flatten()[order]
@@ -340,23 +375,27 @@ class LatentMoE(nn.Module):
                 tok = token_of[start:end]
                 acc.index_add_(0, tok, self.experts[e](z[tok]) * weight_of[start:end, None])
             start = end
-        out = self.routed_expert_up_proj(acc)          # one up projection of the weighted sum
+        out = self.up(acc)                       # one norm and one up projection of the sum
         if self.shared_experts is not None:
             out = out + self.shared_experts(flat)
         return out.view_as(x)
 
     def forward_loop_reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The definition, one token at a time: ``shared(x) + sum_j w_j W_up expert_{i_j}(z)``."""
+        """The definition, one token and one expert at a time:
+        ``shared(x) + W_up RMSNorm(sum_j w_j expert_{i_j}(x W_down))``."""
         flat = self._check_x(x)
         rows = []
         for n in range(flat.shape[0]):
             xn = flat[n:n + 1]
             weights, indices = self.gate(xn)
-            z = self.latent(xn)
-            y = self.shared_experts(xn) if self.shared_experts is not None else torch.zeros_like(xn)
+            z = self.routed_expert_down_proj(xn)
+            routed = torch.zeros_like(z)
             for w, e in zip(weights[0], indices[0].tolist()):
-                y = y + w * self.routed_expert_up_proj(self.experts[e](z))
-            rows.append(y)
+                routed = routed + w * self.experts[e](z)
+            routed = self.routed_expert_up_proj(self.routed_expert_norm(routed))
+            shared = (self.shared_experts(xn) if self.shared_experts is not None
+                      else torch.zeros_like(xn))
+            rows.append(shared + routed)
         return torch.cat(rows).view_as(x)
 
 
@@ -368,7 +407,7 @@ def _check_sources(sources, name: str = "sources"):
 
 
 def depth_mix_reference(sources, query: torch.Tensor, norm_weight: torch.Tensor,
-                        eps: float = 1e-6) -> torch.Tensor:
+                        eps: float = K3_RMS_NORM_EPS) -> torch.Tensor:
     """Attention Residuals, the definition: one source at a time.
 
     ``sources`` is a list of ``(..., d)`` tensors -- the block snapshots and the current
@@ -395,7 +434,7 @@ def depth_mix_reference(sources, query: torch.Tensor, norm_weight: torch.Tensor,
 
 
 def depth_mix(sources, query: torch.Tensor, norm_weight: torch.Tensor,
-              eps: float = 1e-6) -> torch.Tensor:
+              eps: float = K3_RMS_NORM_EPS) -> torch.Tensor:
     """:func:`depth_mix_reference` in one stacked computation (the form the model uses):
     sources stacked ``(R, ..., d)``, scores ``(R, ...)``, softmax over ``R`` in float32 or
     wider."""
@@ -411,11 +450,12 @@ class DepthMix(nn.Module):
     """One Attention-Residual read: an RMSNorm gain ``norm.weight`` and a query vector
     ``query`` (both ``d_model``; SGLang ``self_attention_res_norm`` / ``self_attention_res_proj``,
     ``mlp_res_norm`` / ``mlp_res_proj``, ``output_attn_res_norm`` / ``output_attn_res_proj``).
-    The query starts at zero, so an untrained read averages its sources uniformly."""
+    The query starts at zero, as in the Attention Residuals paper, so an untrained read
+    averages its sources uniformly. ``eps`` defaults to K3's ``rms_norm_eps``."""
 
-    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+    def __init__(self, d_model: int, eps: float = K3_RMS_NORM_EPS) -> None:
         super().__init__()
-        self.norm = RMSNorm(_int(d_model, "d_model"), eps)
+        self.norm = RMSNorm(_int(d_model, "d_model"), _positive_number(eps, "eps"))
         self.query = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, sources) -> torch.Tensor:
@@ -446,7 +486,8 @@ class AttnResidual(nn.Module):
     """Attention Residuals as the residual part of :class:`gpt2k3.gpt2.GPT` (``residual=``).
 
     The stream is not one running sum. Sources: a bank of snapshots and the current block's
-    running sum ``partial``. At layer ``i`` with ``i % block_size == 0`` a block closes: the
+    running sum ``partial``. At layer ``i`` with ``i % block_size == 0`` (``block_size`` counts
+    decoder layers, as SGLang's ``attn_res_block_size`` does) a block closes: the
     embedding (``i = 0``) or the finished block's sum joins the bank and ``partial`` restarts
     empty. Each sub-layer reads ``DepthMix(bank + [partial])`` (then its own pre-norm) and adds
     its output to ``partial``; the head reads ``final(bank + [partial])``. (SGLang
@@ -456,7 +497,8 @@ class AttnResidual(nn.Module):
     needs no cache.
     """
 
-    def __init__(self, n_layer: int, d_model: int, block_size: int, eps: float = 1e-6) -> None:
+    def __init__(self, n_layer: int, d_model: int, block_size: int,
+                 eps: float = K3_RMS_NORM_EPS) -> None:
         super().__init__()
         self.block_size = _int(block_size, "block_size")
         _int(n_layer, "n_layer")
@@ -480,14 +522,15 @@ class AttnResidual(nn.Module):
 
 
 def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
-             situ_linear_beta: float | None = SITU_LINEAR_BETA, norm_eps: float = 1e-6) -> GPT:
+             situ_linear_beta: float | None = SITU_LINEAR_BETA,
+             norm_eps: float = K3_RMS_NORM_EPS) -> GPT:
     """The book's one decoder (:class:`gpt2k3.gpt2.GPT`) with Kimi K3's parts, as ``spec`` says:
 
     * token mixers by ``spec.layer_mixers``: :class:`BoundedKDA` or :class:`GatedNoPEMLA`;
     * channel mixers: a dense :class:`SituGLU` for the first ``first_k_dense`` layers
       (``first_k_dense_replace``), a :class:`LatentMoE` after;
-    * RMSNorm everywhere; no position table (NoPE everywhere); an untied head
-      (``tie_word_embeddings: false``);
+    * RMSNorm everywhere, each with ``norm_eps`` (K3's ``rms_norm_eps``, 1e-5); no position
+      table (NoPE everywhere); an untied head (``tie_word_embeddings: false``);
     * with ``attn_res_block_size > 0``, :class:`AttnResidual` as the residual part.
 
     The model gets ``spec`` and ``schedule`` attributes. :func:`gpt2k3.gpt2.generate` decodes it
@@ -513,13 +556,14 @@ def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
         d_model=d, latent_dim=spec.moe_latent_dim, n_routed_experts=spec.n_routed_experts,
         n_shared_experts=spec.n_shared_experts, top_k=spec.top_k, d_expert=spec.d_expert,
         latent_norm=spec.moe_latent_norm, situ_beta=situ_beta,
-        situ_linear_beta=situ_linear_beta)
+        situ_linear_beta=situ_linear_beta, norm_eps=norm_eps)
 
     def mixer(cfg: GPTConfig, i: int) -> nn.Module:
         if schedule[i] == "mla":
             return GatedNoPEMLA(mla_cfg)
         return BoundedKDA(cfg, n_head=spec.kda_n_head, head_dim=spec.kda_head_dim,
-                          conv_size=spec.kda_conv_kernel, lower_bound=spec.kda_gate_lower_bound)
+                          conv_size=spec.kda_conv_kernel, lower_bound=spec.kda_gate_lower_bound,
+                          norm_eps=norm_eps)
 
     def mlp(cfg: GPTConfig, i: int) -> nn.Module:
         return SituGLU(d, spec.ffn_dim, **act) if i < spec.first_k_dense else LatentMoE(moe_cfg)
@@ -586,18 +630,23 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
 
 # ================================================================ 8. what K3 adds, in numbers
 # Plain-float companions of the modules above, for chapter "What Kimi K3 adds": how many
-# sources each Attention-Residual read mixes, where the bounded decay lets a chunkwise kernel
-# stay in float32, what latent experts cost, and the two factors of SiTU-GLU.
+# sources each Attention-Residual read mixes, how large the bounded decay lets a kernel's
+# diagonal block be as one float32 matrix product, what latent experts cost, and the two
+# factors of SiTU-GLU.
 
 @dataclass(frozen=True)
 class AttnResReads:
     """How many sources each Attention-Residual read of an ``n_layer``-layer stack mixes, for
-    blocks of ``block_size`` layers (:class:`AttnResidual`'s rule, SGLang's
-    ``is_block_write_layer = layer_idx % attn_res_block_size == 0``).
+    blocks of ``block_size`` decoder layers (:class:`AttnResidual`'s rule, SGLang's
+    ``is_block_write_layer = layer_idx % attn_res_block_size == 0``, which counts decoder
+    layers; the Attention Residuals paper's pseudocode counts sub-layers, two per decoder
+    layer: :attr:`block_sublayers`).
 
     ``attn[i]`` and ``mlp[i]``: sources read before layer ``i``'s token mixer and its channel
-    mixer (0-based ``i``); ``final``: sources the head's read mixes. ``n_blocks`` blocks close
-    (the embedding counts as the first snapshot), the last holding ``last_block`` layers.
+    mixer (0-based ``i``); ``final``: sources the head's read mixes. The stack has ``n_blocks``
+    blocks, the last holding ``last_block`` layers; at the end the bank holds ``n_blocks``
+    snapshots (the embedding and the ``n_blocks - 1`` closed blocks) and the last block is the
+    running sum.
     """
 
     n_layer: int
@@ -608,9 +657,23 @@ class AttnResReads:
 
     @property
     def n_blocks(self) -> int:
-        """Snapshots in the bank at the end: the embedding and every closed block but the last
-        (``ceil(n_layer / block_size)``)."""
+        """Blocks of the stack, ``ceil(n_layer / block_size)``; also the snapshots in the bank
+        at the end (the embedding and every block but the last, which stays the running sum)."""
         return -(-self.n_layer // self.block_size)
+
+    @property
+    def block_sublayers(self) -> int:
+        """The block size in the Attention Residuals paper's counting, which counts sub-layers
+        (token mixer and channel mixer, two per decoder layer): ``2 * block_size``."""
+        return 2 * self.block_size
+
+    @property
+    def full_sublayer_sources(self) -> int:
+        """The sources of the head's read in the paper's *Full* Attention Residuals, where every
+        sub-layer's output stays a source of its own: the embedding and ``2 n_layer``
+        outputs. (``attn_res_reads(n_layer, 1).final``, ``n_layer + 1``, keeps one source per
+        decoder layer instead.)"""
+        return 2 * self.n_layer + 1
 
     @property
     def last_block(self) -> int:
@@ -656,34 +719,88 @@ def attn_res_reads(n_layer: int, block_size: int) -> AttnResReads:
 
 #: fla-core 0.6.0's ``RCP_LN2`` (``fla/ops/utils/constant.py``): 1 / ln 2 as its kernels use it.
 FLA_RCP_LN2 = 1.4426950216
-#: The float32 exponent (base 2) fla's bounded-gate kernels allow themselves: 128 minus 4 of
-#: headroom (``gate_bound_is_safe``, ``fla/ops/generalized_delta_rule/dplr/chunk.py``).
-FLA_SAFE_EXPONENT = 124
+#: ``ln`` of the largest float32 (about 88.72): ``exp`` of anything larger is ``inf``.
+FLOAT32_MAX_EXP = math.log(torch.finfo(torch.float32).max)
+#: fla-core 0.6.0's KDA chunk (``chunk_kda``: 64 tokens, 32 also allowed) and the sub-chunk it
+#: splits each chunk into (``BC = 16``, ``fla/ops/kda/chunk_intra.py``); SGLang 0.5.23 vendors a
+#: copy with the same sizes (``kernels/ops/attention/fla/``).
+FLA_KDA_CHUNK, FLA_KDA_SUB_CHUNK = 64, 16
+#: The shift ``s`` (natural-log units per token) fla's KDA intra-chunk kernel centres a diagonal
+#: block with when no bound is handed to it -- the default ``chunk_kda`` uses.
+FLA_KDA_GATE_SHIFT = 2.0
+#: The float32 exponent (base 2) fla's DPLR kernels allow themselves: 128 minus 4 of headroom
+#: (``gate_bound_is_safe``, ``fla/ops/generalized_delta_rule/dplr/chunk.py``).
+DPLR_SAFE_EXPONENT = 124
 
 
-def bounded_gate_chunk_is_safe(lower_bound: float, chunk_size: int) -> bool:
-    """Whether log-decays bounded below by ``lower_bound`` keep a chunk of ``chunk_size`` tokens
-    inside float32 when its decay factors are split around the chunk's middle row.
+def kda_diagonal_block_exponents(lower_bound: float, sub_chunk: int = FLA_KDA_SUB_CHUNK,
+                                 shift: float = FLA_KDA_GATE_SHIFT) -> tuple[float, float]:
+    """The largest exponents (natural log) of the two factors fla's KDA kernel splits a diagonal
+    sub-chunk block's decays into, for log-decays in ``[lower_bound, 0]``.
 
-    fla-core 0.6.0's rule (``gate_bound_is_safe``): the largest exponent, base 2, is
-    ``(chunk_size // 2 + 1) * |lower_bound| / ln 2``, and it must not exceed 124. Within such a
-    chunk ``exp(+cumulative decay)`` cannot overflow, so the intra-chunk products run as plain
-    matrix products (tensor cores; fla's ``safe_gate``) instead of being split again and
-    again. An unbounded gate (Kimi Linear's) has no such chunk.
+    Within a sub-chunk of ``sub_chunk`` tokens, with cumulative log-decays ``G``, the decay
+    between query ``i`` and key ``j`` is ``exp(G_i - G_j) = exp(G_i - C) * exp(C - G_j)``; the
+    query factor goes into ``q_i``, the key factor into ``k_j``, and the block is one matrix
+    product (fla's ``safe_gate``: "M=16 TensorCore acceleration"). fla-core 0.6.0
+    (``chunk_kda_fwd_intra``) takes ``C = G_0 - d`` with ``d = (sub_chunk - 1) * shift / 2``, so
+    ``exp(G_i - C) <= exp(d)`` and ``exp(C - G_j) <= exp((sub_chunk - 1) |lower_bound| - d)``.
+    Returns ``(d, (sub_chunk - 1) |lower_bound| - d)``: ``(15, 60)`` for fla's 16 tokens,
+    ``shift`` 2 and K3's -5, the bounds fla's docstring states. Without a floor the key factor
+    has no bound at all; the blocks between sub-chunks need none (they factor through the
+    sub-chunk boundary, every factor a decay ``<= 1``, as in chapter 6).
+    """
+    bound = _negative_number(lower_bound, "lower_bound")
+    size = _int(sub_chunk, "sub_chunk")
+    s = _positive_number(shift, "shift")
+    d = (size - 1) * s / 2
+    return d, (size - 1) * -bound - d
+
+
+def kda_diagonal_block_fits_float32(lower_bound: float, sub_chunk: int = FLA_KDA_SUB_CHUNK,
+                                    shift: float = FLA_KDA_GATE_SHIFT) -> bool:
+    """Whether both factors of :func:`kda_diagonal_block_exponents` stay below the largest
+    float32 (``exp`` under :data:`FLOAT32_MAX_EXP`), so a diagonal block of ``sub_chunk`` tokens
+    can be one float32 (tensor-core) matrix product. True for fla's 16 tokens at K3's -5
+    (``e^60``); false for 32 (``e^124``)."""
+    return max(kda_diagonal_block_exponents(lower_bound, sub_chunk, shift)) < FLOAT32_MAX_EXP
+
+
+def kda_largest_diagonal_block(lower_bound: float, shift: float = FLA_KDA_GATE_SHIFT) -> int:
+    """The largest power-of-two sub-chunk :func:`kda_diagonal_block_fits_float32` accepts for
+    ``lower_bound`` (16 for K3's -5: fla's ``BC``); at least 1, since a one-token block has no
+    decay inside it."""
+    _negative_number(lower_bound, "lower_bound")
+    size = 1
+    while kda_diagonal_block_fits_float32(lower_bound, 2 * size, shift):
+        size *= 2
+    return size
+
+
+def dplr_chunk_is_safe(lower_bound: float, chunk_size: int) -> bool:
+    """fla-core 0.6.0's rule for its **DPLR** kernels (``gate_bound_is_safe``,
+    ``fla/ops/generalized_delta_rule/dplr/chunk.py``; the generalized delta rule and RWKV-7),
+    not its KDA kernels: whether log-decays bounded below by ``lower_bound`` keep a whole
+    chunk of ``chunk_size`` tokens, factored around its middle row, inside float32.
+
+    The largest exponent, base 2, is ``(chunk_size // 2 + 1) * |lower_bound| / ln 2``; it must
+    not exceed 124. When it holds, those kernels use the centred tensor-core form for the whole
+    chunk (64 tokens by default when ``gate_bound_is_safe(lower_bound, 64)``, else 16). KDA's
+    kernels instead keep 64-token chunks and centre only 16-token diagonal blocks
+    (:func:`kda_diagonal_block_exponents`).
     """
     bound = _negative_number(lower_bound, "lower_bound")
     size = _int(chunk_size, "chunk_size")
-    return abs(bound) * (size // 2 + 1) * FLA_RCP_LN2 <= FLA_SAFE_EXPONENT
+    return abs(bound) * (size // 2 + 1) * FLA_RCP_LN2 <= DPLR_SAFE_EXPONENT
 
 
-def largest_safe_chunk(lower_bound: float) -> int:
-    """The largest power-of-two chunk size :func:`bounded_gate_chunk_is_safe` accepts for
-    ``lower_bound`` (32 for K3's -5), or 0 if not even one token is safe."""
+def dplr_largest_safe_chunk(lower_bound: float) -> int:
+    """The largest power-of-two chunk :func:`dplr_chunk_is_safe` accepts for ``lower_bound``
+    (32 at -5), or 0 if not even one token is safe. A DPLR quantity, not a KDA one."""
     _negative_number(lower_bound, "lower_bound")
-    if not bounded_gate_chunk_is_safe(lower_bound, 1):
+    if not dplr_chunk_is_safe(lower_bound, 1):
         return 0
     size = 1
-    while bounded_gate_chunk_is_safe(lower_bound, 2 * size):
+    while dplr_chunk_is_safe(lower_bound, 2 * size):
         size *= 2
     return size
 
@@ -730,14 +847,25 @@ def latent_moe_cost(spec: ArchSpec, latent_dim: int) -> LatentMoECost:
                          layer_active=sum(c.active_parts[p] for p in _MOE_PARTS) // layers)
 
 
-def latent_moe_break_even(spec: ArchSpec) -> float:
-    """The latent width ``w*`` below which latent experts cost a token fewer multiplications
-    than full-width ones: per MoE layer ``2 d w + 3 k w f`` (down and up projections, ``k``
-    experts of width ``f`` at ``w``) against ``3 k d f``, so ``w* = 3 k f d / (3 k f + 2 d)``."""
+def latent_moe_break_even(spec: ArchSpec, stored: bool = False) -> float:
+    """The latent width ``w*`` below which latent experts beat full-width ones.
+
+    By default (``stored=False``) for the multiplications a token goes through: per MoE layer
+    ``2 d w + 3 k w f`` (down and up projections, ``k`` experts of width ``f`` at ``w``) against
+    ``3 k d f``, so ``w* = 3 k f d / (3 k f + 2 d)``. With ``stored=True`` for the parameters
+    stored: all ``E`` routed experts shrink, and the projections and the latent norm (``w``
+    gains, if ``spec.moe_latent_norm``) are stored once per layer, so
+    ``w* = 3 E f d / (3 E f + 2 d + [norm])`` -- much closer to ``d``.
+    """
     if not isinstance(spec, ArchSpec):
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
     if not spec.is_moe:
         raise ValueError(f"spec must have routed experts, {spec.name} has none")
+    if not isinstance(stored, bool):
+        raise ValueError(f"stored must be a bool, got {stored!r}")
+    if stored:
+        ef = 3 * spec.n_routed_experts * spec.d_expert
+        return ef * spec.d_model / (ef + 2 * spec.d_model + (1 if spec.moe_latent_norm else 0))
     kf = 3 * spec.top_k * spec.d_expert
     return kf * spec.d_model / (kf + 2 * spec.d_model)
 
@@ -775,8 +903,11 @@ def situ_bound(beta: float = SITU_BETA, linear_beta: float = SITU_LINEAR_BETA) -
     return _positive_number(beta, "beta") * _positive_number(linear_beta, "linear_beta")
 
 
-__all__ += ["AttnResReads", "attn_res_reads", "FLA_RCP_LN2", "FLA_SAFE_EXPONENT",
-            "bounded_gate_chunk_is_safe", "largest_safe_chunk", "LatentMoECost",
+__all__ += ["AttnResReads", "attn_res_reads", "FLA_RCP_LN2", "FLOAT32_MAX_EXP",
+            "FLA_KDA_CHUNK", "FLA_KDA_SUB_CHUNK", "FLA_KDA_GATE_SHIFT", "DPLR_SAFE_EXPONENT",
+            "kda_diagonal_block_exponents", "kda_diagonal_block_fits_float32",
+            "kda_largest_diagonal_block", "dplr_chunk_is_safe", "dplr_largest_safe_chunk",
+            "LatentMoECost",
             "latent_moe_cost", "latent_moe_break_even", "situ_factors", "swiglu_reference",
             "situ_bound"]
 
@@ -788,8 +919,8 @@ K3_FEATURE_LABELS = {
     "kda_full_rank_gate": "full-rank KDA output gate",
     "kda_gate_lower_bound": "KDA decay bounded below at",
     "moe_latent_dim": "latent expert width",
-    "moe_latent_norm": "RMSNorm on the latent",
-    "attn_res_block_size": "Attention Residuals, block size",
+    "moe_latent_norm": "RMSNorm on the routed experts' latent sum",
+    "attn_res_block_size": "Attention Residuals, block size (decoder layers)",
     "mlp": "gated MLP activation",
     "position": "positional encoding in attention",
 }

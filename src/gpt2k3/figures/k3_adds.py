@@ -79,7 +79,8 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
                      d_model: int = KIMI_K3.d_model, active: int | None = None) -> go.Figure:
     """Which sources each layer's Attention-Residual read mixes, and what the block size trades.
 
-    Left, for the block size the slider picks: a map of the sources (rows: the embedding, each
+    Left, for the block size the slider picks (in decoder layers, as SGLang's
+    ``attn_res_block_size`` counts them): a map of the sources (rows: the embedding, each
     closed block's sum, the running sum of the current block) against the layers (columns; the
     read before each token mixer, then the head's), coloured by the weight an untrained read
     gives each source -- uniform, ``1 / R`` over its ``R`` sources (a zero query). Right, over
@@ -111,8 +112,8 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
           y_title="source", height=560)
     _top(fig, 150)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
-    fig.update_xaxes(title_text="block size (layers per block, log scale)", type="log", row=1,
-                     col=2)
+    fig.update_xaxes(title_text="block size (decoder layers per block, log scale)", type="log",
+                     row=1, col=2)
     fig.update_yaxes(title_text="sources per read", type="log", row=1, col=2)
     steps = []
     for s, r in zip(sizes, reads):
@@ -135,12 +136,13 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
             layout={"shapes": [dict(type="line", xref="x2", yref="y2 domain", x0=s, x1=s,
                                     y0=0, y1=1, line=dict(color=_PINK, dash="dot", width=2))],
                     "title.text": (
-                f"Attention Residuals over {n_layer} layers in blocks of {s}: {r.n_blocks} "
-                f"snapshots (the last block holds {r.last_block} layer"
-                f"{'s' if r.last_block != 1 else ''}); the widest read mixes "
-                f"{r.max_sources} sources<br>= {numbers:,} numbers kept per token "
-                f"(a plain residual keeps {d_model:,}); {r.sources_read:,} sources read per "
-                f"token over {len(r.reads)} reads")}))
+                f"Attention Residuals over {n_layer} decoder layers in blocks of {s}: "
+                f"{r.n_blocks} block{'s' if r.n_blocks != 1 else ''} (the last of "
+                f"{r.last_block} layer{'s' if r.last_block != 1 else ''}); the head reads "
+                f"{r.n_blocks} snapshot{'s' if r.n_blocks != 1 else ''} and the running sum"
+                f"<br>the widest read mixes {r.max_sources} sources = {numbers:,} numbers kept "
+                f"per token (a plain residual keeps {d_model:,}); {r.sources_read:,} sources "
+                f"read per token over {len(r.reads)} reads")}))
     return _finish(fig, steps, "block size: ", active)
 
 

@@ -23,7 +23,7 @@ def attn_res_explorer() -> Explorer:
     n_layer = W.IntSlider(value=KIMI_K3.n_layer, min=1, max=128, description="layers",
                           style=_STYLE)
     block = W.IntSlider(value=KIMI_K3.attn_res_block_size, min=1, max=KIMI_K3.n_layer,
-                        description="block size (layers)", style=_STYLE)
+                        description="block size (decoder layers)", style=_STYLE)
     d_model = W.Dropdown(options=[768, 2304, 4096, 7168, 8192], value=KIMI_K3.d_model,
                          description="d_model", style=_STYLE)
 
