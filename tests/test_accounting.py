@@ -600,3 +600,86 @@ def test_plan_roofline_is_set_by_the_busiest_device():
     assert busy.bytes_per_step > kv_cache_bytes(s, 1 << 17) + 0.9 * shared
     with pytest.raises(ValueError, match="plan"):
         plan_roofline(s, None, 10, 1)
+
+
+# ------------------------------------------------------------------ chapter 7 and 9 additions:
+# MTP modules, packed experts, checkpoint bytes, the released format in the serving functions
+def test_mtp_params_is_deepseek_v3s_mtp_layer():
+    """DeepSeek-V3's config: one MTP module (num_nextn_predict_layers 1) = one more MoE
+    decoder layer + eh_proj (2d x d) + enorm, hnorm, shared_head.norm + the shared embedding
+    and head, which the checkpoint stores again.  Written out from the config's numbers."""
+    from gpt2k3.accounting.params import mtp_params
+    from gpt2k3.archs import MTP_LAYERS
+
+    d, V, H, QL, KVL, DN, DR, DV = 7168, 129280, 128, 1536, 512, 128, 64, 128
+    E, SH, FE = 256, 1, 2048
+    mla = (d * QL + QL + QL * H * (DN + DR) + d * (KVL + DR) + KVL + KVL * H * (DN + DV)
+           + H * DV * d)
+    moe = E * d + SH * 3 * d * FE + E * 3 * d * FE
+    layer = mla + moe + 2 * d
+    m = mtp_params(DEEPSEEK_V3)
+    assert m["decoder layer"] == layer and m["eh_proj"] == 2 * d * d and m["norms"] == 3 * d
+    assert m["embedding copy"] == m["head copy"] == V * d
+    assert m["unique"] == layer + 2 * d * d + 3 * d
+    assert m["with copies"] == m["unique"] + 2 * V * d
+    assert m["active"] == mla + E * d + SH * 3 * d * FE + 8 * 3 * d * FE + 2 * d + 2 * d * d + 3 * d
+    assert mtp_params(DEEPSEEK_V3, 2)["unique"] == 2 * m["unique"]
+    # 671B + the MTP module as the checkpoint stores it = the model card's 685B
+    total = count_params(DEEPSEEK_V3).total
+    assert round(total / 1e9) == 671 and abs((total + m["with copies"]) / 685e9 - 1) < 0.001
+    assert MTP_LAYERS == {"DeepSeek-V3": 1, "Kimi K2": 0, "Kimi K3": 0}
+    # Kimi K2 ships none; its report's 1.04T is the main model plus one MTP layer counted
+    # DeepSeek's way (unique); with the copies it would round to 1.05T
+    k2 = count_params(KIMI_K2).total
+    mk2 = mtp_params(KIMI_K2)
+    assert round(k2 / 1e12, 2) == 1.03 and round((k2 + mk2["unique"]) / 1e12, 2) == 1.04
+    assert round((k2 + mk2["with copies"]) / 1e12, 2) == 1.05
+    assert PUBLISHED["Kimi K2"]["report_total"] == 1.04e12
+    with pytest.raises(ValueError, match="spec"):
+        mtp_params("DeepSeek-V3")
+    with pytest.raises(ValueError, match="n_layers"):
+        mtp_params(DEEPSEEK_V3, 0)
+
+
+def test_router_biases_are_checkpoint_tensors_a_parameter_count_leaves_out():
+    from gpt2k3.accounting import stored_elements
+
+    assert stored_elements(KIMI_K2)["router biases"] == 60 * 384 == 23_040
+    assert stored_elements(KIMI_K2)["total"] == count_params(KIMI_K2).total + 23_040
+    assert stored_elements(KIMI_K2, router_bias=False)["total"] == count_params(KIMI_K2).total
+
+
+def test_packed_bytes_and_checkpoint_bytes():
+    from gpt2k3.accounting import stored_elements
+    from gpt2k3.accounting.params import checkpoint_bytes, packed_bytes_per_weight
+
+    assert packed_bytes_per_weight() == 0.53125
+    assert packed_bytes_per_weight(8, 32, 8) == 1 + 1 / 32
+    for bad in (dict(bits=3), dict(group_size=0), dict(scale_bits=7)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            packed_bytes_per_weight(**bad)
+    e = stored_elements(DEEPSEEK_V3, expert_bits=4)
+    b = checkpoint_bytes(DEEPSEEK_V3, 4)
+    assert b["routed experts"] == e["packed experts"] + e["expert scales"]
+    assert b["other tensors"] == 2 * (e["total"] - e["packed experts"] - e["expert scales"])
+    assert b["total"] == b["routed experts"] + b["other tensors"]
+    assert checkpoint_bytes(GPT2_SMALL, None, router_bias=False)["total"] == 2 * 124_439_808
+    with pytest.raises(ValueError, match="other_bytes"):
+        checkpoint_bytes(GPT2_SMALL, None, other_bytes=0)
+
+
+def test_expert_bytes_default_to_the_weight_format():
+    s, n = DEEPSEEK_V3, 4096
+    for fn in (serving_memory, devices_needed):
+        assert fn(s, n, 2, weight_bytes=1) == fn(s, n, 2, weight_bytes=1, expert_bytes=1)
+    assert max_batch(s, n, n_devices=16) == max_batch(s, n, n_devices=16, expert_bytes=2)
+    assert roofline(s, n, 8) == roofline(s, n, 8, expert_bytes=2)
+    # dense models have no routed experts: the expert format changes nothing
+    assert roofline(GPT2_XL, n, 8, expert_bytes=0.5) == roofline(GPT2_XL, n, 8)
+    c = count_params(s)
+    m = serving_memory(s, 0, 0, weight_bytes=2, expert_bytes=0.5)["weights"]
+    assert m == (c.total - c.parts["routed experts"]) * 2 + c.parts["routed experts"] * 0.5
+    plan = serving_plan(s, 32768, 16, tp=8, expert_bytes=0.5)
+    assert plan.n_devices <= serving_plan(s, 32768, 16, tp=8).n_devices
+    r = plan_roofline(s, plan, 32768, 16, expert_bytes=0.5)
+    assert r.bytes_per_step < plan_roofline(s, plan, 32768, 16).bytes_per_step

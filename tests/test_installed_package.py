@@ -49,7 +49,7 @@ from pathlib import Path
 import pytest
 
 from gpt2k3 import oracles
-from gpt2k3.archs import GPT2_SMALL, K3_SCALE
+from gpt2k3.archs import GPT2_SMALL, KIMI_LINEAR_48B
 from gpt2k3.colab import BOOTSTRAP, REQUIREMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,8 +69,8 @@ def no_transformers(monkeypatch):
 
 def test_oracles_return_none_and_say_so_in_one_line_without_transformers(no_transformers, capsys):
     assert not oracles.available("transformers")
-    assert oracles.hf_param_count(K3_SCALE) is None
-    assert oracles.hf_param_counts([GPT2_SMALL, K3_SCALE]) is None
+    assert oracles.hf_param_count(KIMI_LINEAR_48B) is None
+    assert oracles.hf_param_counts([GPT2_SMALL, KIMI_LINEAR_48B]) is None
     assert oracles.hf_meta_model(GPT2_SMALL) is None
     assert oracles.hf_config(GPT2_SMALL) is None
     lines = capsys.readouterr().out.splitlines()

@@ -28,7 +28,7 @@ from gpt2k3.accounting import (
     kda_log_decay, kda_log_decay_range, kv_cache_bytes, kv_numbers_per_layer,
     kv_numbers_per_token, mla_decode_costs, state_bytes, state_numbers_per_layer,
     stored_elements, weights_read_per_step)
-from gpt2k3.archs import (DEEPSEEK_V3, GPT2_FAMILY, GPT2_SMALL, K3_SCALE, KIMI_K2, KIMI_K3,
+from gpt2k3.archs import (DEEPSEEK_V3, GPT2_FAMILY, GPT2_SMALL, KIMI_K2, KIMI_K3,
                           KIMI_K3_CHECKPOINT, KIMI_K3_CONFIG, KIMI_K3_VISION, KIMI_LINEAR_48B,
                           PUBLISHED)
 
@@ -195,7 +195,7 @@ def test_each_new_piece_removed_costs_exactly_its_formula():
 
 
 def test_earlier_specs_are_untouched():
-    for spec in (*GPT2_FAMILY, DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B, K3_SCALE):
+    for spec in (*GPT2_FAMILY, DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B):
         c = count_params(spec)
         assert spec.k3_features == ()
         for name in ("softmax-attention output gates", "latent projections",

@@ -9,12 +9,13 @@ The mixture-of-experts models are transcribed from the ``config.json`` published
 weights on Hugging Face (field names in brackets below):
 
 * ``DEEPSEEK_V3`` -- ``deepseek-ai/DeepSeek-V3`` (DeepSeek-AI, 2024, arXiv:2412.19437); the same
-  sizes are the defaults of ``transformers.DeepseekV3Config``.  The count is the main model;
-  the released weights add one multi-token-prediction module (11.5B unique parameters,
-  ``num_nextn_predict_layers``) used only for speculative decoding, which is not counted.
+  sizes are the defaults of ``transformers.DeepseekV3Config``.  The count is the main model
+  (the report's 671B); the released weights add one multi-token-prediction module
+  (``num_nextn_predict_layers`` 1, :func:`gpt2k3.accounting.params.mtp_params`), which the
+  model card's 685B includes.
 * ``KIMI_K2`` -- ``moonshotai/Kimi-K2-Instruct`` (Kimi Team, 2025, arXiv:2507.20534), a
   ``DeepseekV3ForCausalLM``: DeepSeek-V3's layout with 64 heads, 384 experts, one dense layer,
-  a 163,840-token vocabulary.
+  a 163,840-token vocabulary, and no MTP layer (``num_nextn_predict_layers`` 0).
 * ``KIMI_LINEAR_48B`` -- ``moonshotai/Kimi-Linear-48B-A3B-Instruct`` (Kimi Team, 2025,
   arXiv:2510.26692): 27 layers, KDA in 20 of them and MLA in 7 (``linear_attn_config``:
   ``full_attn_layers`` 4, 8, ..., 24, 27, 1-based), MLA without positional encoding
@@ -29,15 +30,12 @@ weights on Hugging Face (field names in brackets below):
   without the embedding table (report: 104.2B; the book's ``active`` keeps the table in).
 
 ``PUBLISHED`` holds the headline sizes the model cards and reports state (rounded), so the
-chapters can set them beside the exact counts.
-
-``K3_SCALE`` (chapter 9) is *not* a published configuration and not Kimi K3 (that is
-``KIMI_K3``): it is an illustrative model of about 2.8 trillion parameters in the Kimi Linear
-style, written before K3's configuration was public, built from Kimi K2's published sizes
-and Kimi Linear's published layer design, with two sizes chosen to reach 2.8T.
-``K3_ASSUMPTIONS`` lists every choice with its status and source.  ``KIMI_LINEAR_CLAIMS``
-holds the efficiency claims of the Kimi Linear report that chapter 9 checks against the
-accounting, quoted as published.
+chapters can set them beside the exact counts; ``MTP_LAYERS`` the multi-token-prediction
+layers each release ships.  ``K3_TOTAL_PARAMS`` is the book's source article's headline for
+Kimi K3 (2.8 trillion); ``KIMI_LINEAR_CLAIMS`` holds the efficiency claims of the Kimi Linear
+report that chapter 9 checks against the accounting, quoted as published.  (An illustrative
+``K3_SCALE`` stood in for Kimi K3 before its configuration was published; ``KIMI_K3``
+replaced it.)
 """
 
 from __future__ import annotations
@@ -46,9 +44,9 @@ from .accounting import ArchSpec, VisionTower, hybrid_layers, kda_layers_from_fu
 
 __all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
-           "KIMI_K3_VISION", "KIMI_K3_CHECKPOINT", "PUBLISHED", "K3_TOTAL_PARAMS",
-           "K3_SCALE", "K3_ASSUMPTIONS", "KIMI_LINEAR_CLAIMS", "gpt2_multiples",
-           "gpt2_to_k3_steps", "spec_from_gpt_config"]
+           "KIMI_K3_VISION", "KIMI_K3_CHECKPOINT", "PUBLISHED", "MTP_LAYERS",
+           "K3_TOTAL_PARAMS", "KIMI_LINEAR_CLAIMS", "gpt2_multiples", "gpt2_to_k3_steps",
+           "spec_from_gpt_config"]
 
 _GPT2_SOURCE = ("Radford et al. 2019, 'Language Models are Unsupervised Multitask Learners'; "
                 "sizes from the released checkpoints' config.json")
@@ -238,10 +236,15 @@ KIMI_K3_CHECKPOINT = {
 #: Headline sizes as published (rounded by their authors): total and activated parameters
 #: and where they are stated.
 PUBLISHED = {
-    "DeepSeek-V3": {"total": 671e9, "active": 37e9,
-                    "where": "DeepSeek-V3 technical report, abstract"},
-    "Kimi K2": {"total": 1e12, "active": 32e9,
-                "where": "moonshotai/Kimi-K2-Instruct model card"},
+    "DeepSeek-V3": {"total": 671e9, "active": 37e9, "card_total": 685e9,
+                    "where": ("DeepSeek-V3 technical report, abstract (671B / 37B); the "
+                              "deepseek-ai/DeepSeek-V3 model card: 685B, the main model and "
+                              "its MTP module")},
+    "Kimi K2": {"total": 1e12, "active": 32e9, "report_total": 1.04e12,
+                "report_active": 32.6e9,
+                "where": ("moonshotai/Kimi-K2-Instruct model card (1T / 32B); the Kimi K2 "
+                          "technical report (arXiv:2507.20534): 1.04T total, 32.6B "
+                          "activated")},
     "Kimi Linear 48B-A3B": {"total": 48e9, "active": 3e9,
                             "where": "Kimi Linear report and model name (48B-A3B)"},
     "Kimi K3": {"total": 2.78e12, "active": 104.2e9,
@@ -249,68 +252,13 @@ PUBLISHED = {
                           "moonshotai/Kimi-K3 model card rounds to 2.8T / 104B")},
 }
 
+#: Multi-token-prediction layers each release ships (``num_nextn_predict_layers`` of its
+#: config.json): DeepSeek-V3 one (counted outside its 671B), Kimi K2 and Kimi K3 none.
+MTP_LAYERS = {"DeepSeek-V3": 1, "Kimi K2": 0, "Kimi K3": KIMI_K3_CONFIG["num_nextn_predict_layers"][0]}
+
 #: The headline size of Kimi K3 in the book's source article (about 2.8 trillion parameters;
-#: the model card's 2.8T, the report's 2.78T; ``K3_SCALE`` was an illustrative configuration
-#: of it, ``KIMI_K3`` is the published one).
+#: the model card's 2.8T, the report's 2.78T; ``KIMI_K3`` is the published configuration).
 K3_TOTAL_PARAMS = 2.8e12
-
-#: An *illustrative* Kimi-K3-scale configuration, not Kimi K3 (the published one is
-#: ``KIMI_K3``): about 2.81T parameters, 40.6B active, from Kimi K2's widths and experts, Kimi
-#: Linear's 3:1 KDA/MLA layer design, 63 layers and 1,024 routed experts, written before K3's
-#: configuration was public and kept because chapter 9 still uses it.  Every choice and its
-#: source is in ``K3_ASSUMPTIONS``.
-K3_SCALE = KIMI_K2.with_(
-    name="K3-scale", n_layer=63, n_routed_experts=1024, position="none", max_positions=1 << 20,
-    kda_layers=hybrid_layers(63, 3), kda_n_head=64, kda_head_dim=128, kda_conv_kernel=4,
-    source=("Illustrative, not published: Kimi K2's sizes (config.json of "
-            "moonshotai/Kimi-K2-Instruct), Kimi Linear's layer design (arXiv:2510.26692), depth "
-            "and expert count chosen to reach ~2.8T; see K3_ASSUMPTIONS"))
-
-#: Every choice behind ``K3_SCALE``: ``what`` it sets, the ``value``, its ``status``
-#: (``"given"``: the book's premise about Kimi K3; ``"carried over"``: published for an
-#: earlier Kimi model and kept; ``"assumed"``: chosen here) and ``why``.  The values are
-#: written from the specs, so they cannot drift from them.
-K3_ASSUMPTIONS = (
-    {"what": "total parameters", "value": f"about {K3_TOTAL_PARAMS / 1e12:g} trillion",
-     "status": "given", "why": "the source article's headline figure for Kimi K3"},
-    {"what": "design", "value": "Kimi Linear's: KDA and MLA layers in a hybrid schedule, MoE",
-     "status": "given", "why": "the book's premise: K3 scales up the Kimi Linear design"},
-    {"what": "width and vocabulary",
-     "value": (f"d_model {K3_SCALE.d_model:,}; {K3_SCALE.n_head} heads; vocabulary "
-               f"{K3_SCALE.vocab_size:,}; untied head; RMSNorm; no biases"),
-     "status": "carried over", "why": "Kimi K2's config.json"},
-    {"what": "MLA sizes",
-     "value": (f"latent {K3_SCALE.kv_lora_rank} + {K3_SCALE.qk_rope_head_dim}; q_lora_rank "
-               f"{K3_SCALE.q_lora_rank:,}; qk_nope {K3_SCALE.qk_nope_head_dim}; "
-               f"v {K3_SCALE.v_head_dim}"),
-     "status": "carried over", "why": "Kimi K2's config.json"},
-    {"what": "experts",
-     "value": (f"SwiGLU experts of width {K3_SCALE.d_expert:,}; {K3_SCALE.n_shared_experts} "
-               f"shared; top-{K3_SCALE.top_k}; {K3_SCALE.first_k_dense} leading dense "
-               f"layer{'s' if K3_SCALE.first_k_dense != 1 else ''} (d_ff {K3_SCALE.d_ff:,})"),
-     "status": "carried over", "why": "Kimi K2's config.json"},
-    {"what": "layer schedule", "value": "3 KDA : 1 MLA, last layer MLA",
-     "status": "carried over", "why": "Kimi Linear 48B-A3B (full_attn_layers 4, 8, ..., 27)"},
-    {"what": "positions",
-     "value": f"none in MLA (NoPE); context {K3_SCALE.max_positions:,} tokens",
-     "status": "carried over", "why": "Kimi Linear (mla_use_nope, model_max_length)"},
-    {"what": "KDA heads",
-     "value": (f"{K3_SCALE.kda_n_head} heads of {K3_SCALE.kda_head_dim} channels, short "
-               f"convolution of {K3_SCALE.kda_conv_kernel}"),
-     "status": "assumed",
-     "why": (f"Kimi Linear's rule (as many KDA heads as MLA heads, width "
-             f"{KIMI_LINEAR_48B.kda_head_dim}) at K2's {KIMI_K2.n_head} heads")},
-    {"what": "depth",
-     "value": (f"{K3_SCALE.n_layer} layers: {K3_SCALE.n_kda_layers} KDA, "
-               f"{K3_SCALE.n_attention_layers} MLA"),
-     "status": "assumed",
-     "why": (f"K2 has {KIMI_K2.n_layer}; {K3_SCALE.n_layer} keeps the 3:1 schedule and lands "
-             f"near {K3_TOTAL_PARAMS / 1e12:g}T")},
-    {"what": "routed experts", "value": f"{K3_SCALE.n_routed_experts:,} per MoE layer",
-     "status": "assumed",
-     "why": (f"K2 has {KIMI_K2.n_routed_experts}; {K3_SCALE.n_routed_experts:,} (a power of "
-             f"two, easy to shard) lands within 1% of {K3_TOTAL_PARAMS / 1e12:g}T")},
-)
 
 #: Efficiency claims of the Kimi Linear technical report (Kimi Team 2025, arXiv:2510.26692)
 #: for Kimi Linear 48B-A3B against a full-MLA model of the same size, quoted as published.
@@ -346,33 +294,45 @@ def gpt2_multiples(total: float = K3_TOTAL_PARAMS) -> dict[str, float]:
 
 
 def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
-    """GPT-2 small to ``K3_SCALE`` one architectural change at a time.
+    """GPT-2 small to the published Kimi K3 (``KIMI_K3``), one architectural change at a time.
 
     Returns ``(change, what it does, spec after it)``: first GPT-2 small, then GPT-2's
     architecture at K3's sizes (learned positions for a million tokens, LayerNorm with
-    biases, a tied head, a GELU MLP four times as wide, MHA), then each change that turns
-    it into ``K3_SCALE``.  The last spec has exactly ``K3_SCALE``'s shapes.
+    biases, a tied head, a GELU MLP four times as wide, MHA with K3's 96 heads of 128), then
+    the changes chapters 2 to 7 built (positions, norms, head, SwiGLU, MLA, the KDA hybrid,
+    the mixture of experts) and the five chapter 8 added (latent experts, output gates, the
+    bounded decay, SiTU-GLU, Attention Residuals).  The last spec has exactly ``KIMI_K3``'s
+    fields, its vision tower included (which no step's count includes).
     """
-    k3 = K3_SCALE
+    k3 = KIMI_K3
     gpt2_big = GPT2_SMALL.with_(
         name="GPT-2 at K3's sizes", vocab_size=k3.vocab_size, n_layer=k3.n_layer,
-        d_model=k3.d_model, n_head=k3.n_head, max_positions=k3.max_positions)
-    positions = gpt2_big.with_(name="+ no learned positions", position="none")
+        d_model=k3.d_model, n_head=k3.n_head, d_head=k3.v_head_dim,
+        max_positions=k3.max_positions)
+    positions = gpt2_big.with_(name="+ no positions (NoPE)", position="none")
     norms = positions.with_(name="+ RMSNorm, no biases", norm="rmsnorm", bias=False)
     head = norms.with_(name="+ untied head", tied_embeddings=False)
     swiglu = head.with_(name="+ SwiGLU MLP", mlp="swiglu", d_ff=k3.d_ff)
-    mla = swiglu.with_(name="+ MLA", attention="mla", q_lora_rank=k3.q_lora_rank,
+    mla = swiglu.with_(name="+ MLA", attention="mla", d_head=None, q_lora_rank=k3.q_lora_rank,
                        kv_lora_rank=k3.kv_lora_rank, qk_nope_head_dim=k3.qk_nope_head_dim,
                        qk_rope_head_dim=k3.qk_rope_head_dim, v_head_dim=k3.v_head_dim)
     hybrid = mla.with_(name="+ 3:1 KDA hybrid", kda_layers=k3.kda_layers,
                        kda_n_head=k3.kda_n_head, kda_head_dim=k3.kda_head_dim,
                        kda_conv_kernel=k3.kda_conv_kernel)
-    moe = hybrid.with_(name="+ MoE (= K3-scale)", n_routed_experts=k3.n_routed_experts,
+    moe = hybrid.with_(name="+ MoE", n_routed_experts=k3.n_routed_experts,
                        n_shared_experts=k3.n_shared_experts, top_k=k3.top_k,
                        d_expert=k3.d_expert, first_k_dense=k3.first_k_dense)
+    latent = moe.with_(name="+ latent experts", moe_latent_dim=k3.moe_latent_dim,
+                       moe_latent_norm=k3.moe_latent_norm)
+    gates = latent.with_(name="+ output gates", mla_output_gate=k3.mla_output_gate,
+                         kda_full_rank_gate=k3.kda_full_rank_gate)
+    bounded = gates.with_(name="+ bounded decay", kda_gate_lower_bound=k3.kda_gate_lower_bound)
+    situ = bounded.with_(name="+ SiTU-GLU", mlp=k3.mlp)
+    attn_res = situ.with_(name="+ Attention Residuals (= Kimi K3)",
+                          attn_res_block_size=k3.attn_res_block_size, vision=k3.vision)
     return [
         ("GPT-2 small", "the 2019 baseline", GPT2_SMALL),
-        ("scale", "K3's width, depth, vocabulary, context", gpt2_big),
+        ("scale", "K3's width, depth, heads, vocabulary, context", gpt2_big),
         ("position encoding", "learned table → none (NoPE)", positions),
         ("normalisation", "LayerNorm, biases → RMSNorm, none", norms),
         ("head", "tied → untied", head),
@@ -381,6 +341,13 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
         ("mixer", "MLA everywhere → 3 KDA : 1 MLA", hybrid),
         ("FFN → MoE", f"dense → {k3.n_routed_experts:,} experts, top-{k3.top_k}, "
                       f"{k3.n_shared_experts} shared", moe),
+        ("latent experts", f"routed experts at width {k3.moe_latent_dim:,}, not "
+                           f"{k3.d_model:,}", latent),
+        ("output gates", "a sigmoid gate on MLA; KDA's gate full-rank", gates),
+        ("bounded decay", f"KDA's log-decay floored at {k3.kda_gate_lower_bound:g}", bounded),
+        ("SiTU-GLU", "SwiGLU → SiTU-GLU (clipped)", situ),
+        ("Attention Residuals", f"residual sum → attention over depth, blocks of "
+                                f"{k3.attn_res_block_size}", attn_res),
     ]
 
 

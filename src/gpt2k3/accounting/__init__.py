@@ -82,8 +82,9 @@ from __future__ import annotations
 
 from . import decay, decode, flops, hardware, memory, params, serving, spec, units
 from .decay import kda_log_decay, kda_log_decay_range
-from .decode import (DecodeBytes, cache_bound_context, decode_bytes, decode_bytes_per_token,
-                     expected_distinct_experts, weight_and_cache_bytes, weights_read_per_step)
+from .decode import (CacheTraffic, DecodeBytes, cache_bound_context, decode_bytes,
+                     decode_bytes_per_token, decode_cache_traffic, expected_distinct_experts,
+                     weight_and_cache_bytes, weights_cache_crossing, weights_read_per_step)
 from .flops import flops_per_token, mla_decode_costs
 from .hardware import (H200, H200_BAND, H200_DATASHEET, H200_MEASURED, H200_MEASUREMENTS,
                        Hardware)
@@ -91,9 +92,11 @@ from .memory import (hybrid_cache_bytes, kv_cache_bytes, kv_numbers_per_layer,
                      kv_numbers_per_token, memory_per_sequence, mixer_state_numbers,
                      mla_cache_variants, state_bytes, state_numbers_per_layer)
 from .params import (COMPONENTS, DETAIL_COMPONENTS, PART_COMPONENTS, PART_OF_DETAIL, ParamCount,
-                     count_params, stored_elements)
-from .serving import (Roofline, ServingPlan, devices_needed, hybrid_speedups, max_batch,
-                      plan_roofline, roofline, roofline_band, serving_memory, serving_plan)
+                     checkpoint_bytes, count_params, mtp_params, packed_bytes_per_weight,
+                     stored_elements)
+from .serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed, hybrid_speedups,
+                      max_batch, plan_roofline, roofline, roofline_band, serving_memory,
+                      serving_plan, tpot_readings, weight_format)
 from .spec import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, VisionTower,
                    full_attention, hybrid_layers, hybrid_spec, kda_layers_from_full_attn,
                    ratio_label)
@@ -106,7 +109,8 @@ __all__ = [
     "ratio_label",
     # parameters
     "ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
-    "PART_COMPONENTS", "PART_OF_DETAIL",
+    "PART_COMPONENTS", "PART_OF_DETAIL", "mtp_params", "packed_bytes_per_weight",
+    "checkpoint_bytes",
     # memory: cache and state
     "kv_cache_bytes", "kv_numbers_per_layer", "kv_numbers_per_token", "mixer_state_numbers",
     "state_bytes", "state_numbers_per_layer", "memory_per_sequence", "hybrid_cache_bytes",
@@ -114,11 +118,13 @@ __all__ = [
     # bytes and FLOPs of a decode step
     "expected_distinct_experts", "weights_read_per_step", "DecodeBytes", "decode_bytes",
     "decode_bytes_per_token", "weight_and_cache_bytes", "cache_bound_context",
+    "weights_cache_crossing", "CacheTraffic", "decode_cache_traffic",
     "flops_per_token", "mla_decode_costs",
     # hardware, the roofline and serving plans
     "Hardware", "H200", "H200_MEASURED", "H200_BAND", "H200_DATASHEET", "H200_MEASUREMENTS",
     "serving_memory", "devices_needed", "max_batch", "Roofline", "roofline", "roofline_band",
-    "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline",
+    "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline", "WEIGHT_FORMATS",
+    "weight_format", "tpot_readings",
     # units
     "DTYPE_BYTES", "STATE_DTYPE_BYTES", "dtype_bytes",
 ]

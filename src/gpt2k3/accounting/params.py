@@ -13,7 +13,8 @@ from ._checks import is_int as _is_int
 from .spec import ArchSpec
 
 __all__ = ["ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
-           "PART_COMPONENTS", "PART_OF_DETAIL"]
+           "PART_COMPONENTS", "PART_OF_DETAIL", "packed_bytes_per_weight", "checkpoint_bytes",
+           "mtp_params"]
 
 #: Names of the breakdown entries, in reading order (input to output).  ``"attention"`` holds
 #: every token mixer (softmax attention and linear attention), ``"MLP"`` every feed-forward
@@ -243,6 +244,10 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
     Returns the parts (``"unpacked parameters"``, ``"packed experts"``, ``"expert scales"``,
     ``"router biases"``, ``"A_log padding"``, ``"vision tower"``) and their ``"total"``.
     """
+    if not _is_int(group_size) or group_size <= 0:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    if expert_bits is not None and not _is_int(expert_bits):
+        raise ValueError(f"expert_bits must be None or one of 1, 2, 4, 8, got {expert_bits!r}")
     c = count_params(spec)
     routed = c.parts["routed experts"]
     packed = scales = 0
@@ -271,3 +276,81 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+def packed_bytes_per_weight(bits: int = 4, group_size: int = 32, scale_bits: int = 8) -> float:
+    """Bytes one weight takes in a block-scaled format: ``bits / 8`` for the weight plus its
+    share of one ``scale_bits`` scale per ``group_size`` weights.  MXFP4 (4-bit weights, one
+    8-bit scale per 32, the format of Kimi K3's released routed experts): ``0.5 + 1/32 =
+    0.53125``, the same bytes :func:`stored_elements` counts as uint8 elements."""
+    if not _is_int(bits) or bits not in (1, 2, 4, 8):
+        raise ValueError(f"bits must be one of 1, 2, 4, 8, got {bits!r}")
+    if not _is_int(group_size) or group_size <= 0:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    if not _is_int(scale_bits) or scale_bits not in (8, 16, 32):
+        raise ValueError(f"scale_bits must be one of 8, 16, 32, got {scale_bits!r}")
+    return bits / 8 + scale_bits / 8 / group_size
+
+
+def checkpoint_bytes(spec: ArchSpec, expert_bits: int | None = 4, group_size: int = 32,
+                     other_bytes: float = 2, router_bias: bool = True,
+                     a_log_stored: int | None = None,
+                     include_vision: bool = False) -> dict[str, float]:
+    """Bytes of a checkpoint of ``spec`` laid out as :func:`stored_elements` counts it: packed
+    routed experts and their scales one byte (uint8) per element, every other element at
+    ``other_bytes`` (bf16: 2).  With ``expert_bits=None`` the experts are unpacked, at
+    ``other_bytes`` too.
+
+    Returns ``{"routed experts", "other tensors", "total"}``.  Kimi K3's released weights are
+    ``checkpoint_bytes(KIMI_K3, 4, 32, 2, a_log_stored=128, include_vision=True)``; the
+    dtypes of the small tensors (router biases, norms) are taken to be ``other_bytes``, which
+    the public listing does not settle and which moves the total by a few hundred kilobytes.
+    """
+    if isinstance(other_bytes, bool) or not isinstance(other_bytes, (int, float)) \
+            or not other_bytes > 0 or other_bytes != other_bytes or other_bytes == float("inf"):
+        raise ValueError(f"other_bytes must be a positive number of bytes, got {other_bytes!r}")
+    e = stored_elements(spec, expert_bits, group_size, router_bias, a_log_stored, include_vision)
+    if expert_bits is None:
+        experts = count_params(spec).parts["routed experts"] * other_bytes
+        others = (e["total"] - count_params(spec).parts["routed experts"]) * other_bytes
+    else:
+        experts = e["packed experts"] + e["expert scales"]
+        others = (e["total"] - e["packed experts"] - e["expert scales"]) * other_bytes
+    return {"routed experts": experts, "other tensors": others, "total": experts + others}
+
+
+def mtp_params(spec: ArchSpec, n_layers: int = 1) -> dict[str, int]:
+    """Parameters of ``n_layers`` multi-token-prediction (MTP) modules in DeepSeek-V3's layout
+    (its ``config.json``: ``num_nextn_predict_layers``; the checkpoint's last layer).
+
+    Each module is one more decoder layer of ``spec``'s attention and, when ``spec`` is a
+    mixture of experts, an MoE block (``"decoder layer"``: attention, feed-forward, its two
+    norms), an ``eh_proj`` of ``2d x d`` that joins the embedding of the next token with the
+    main model's hidden state (``"eh_proj"``), the norms ``enorm``, ``hnorm`` and
+    ``shared_head.norm`` (``"norms"``, ``3d``) and -- shared with the main model, although
+    DeepSeek-V3's checkpoint stores a copy in the module -- the token embedding and the
+    output head (``"embedding copy"``, ``"head copy"``, ``V d`` each).
+
+    ``"unique"`` sums what is new (DeepSeek's count of an MTP module, without the shared
+    embedding and head); ``"with copies"`` adds the two copies, as the checkpoint stores them.
+    ``"active"`` is what one token uses of the unique part (``top_k`` of the routed experts).
+    A spec's ``count_params`` never includes an MTP module.
+    """
+    if not isinstance(spec, ArchSpec):
+        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    if not _is_int(n_layers) or n_layers < 1:
+        raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
+    # one more layer of spec's kind: the count of a spec one layer deeper, less the spec's own
+    # (the extra layer is the last, so an attention layer and, for an MoE, an MoE block)
+    deeper = count_params(spec.with_(n_layer=spec.n_layer + 1))
+    base = count_params(spec)
+    d, V = spec.d_model, spec.vocab_size
+    layer = deeper.total - base.total - (4 * d if spec.attn_res_block_size else 0)
+    layer_active = deeper.active - base.active - (4 * d if spec.attn_res_block_size else 0)
+    parts = {"decoder layer": n_layers * layer, "eh_proj": n_layers * 2 * d * d,
+             "norms": n_layers * 3 * d, "embedding copy": n_layers * V * d,
+             "head copy": n_layers * V * d}
+    unique = parts["decoder layer"] + parts["eh_proj"] + parts["norms"]
+    active = n_layers * (layer_active + 2 * d * d + 3 * d)
+    return {**parts, "unique": unique, "with copies": unique + 2 * n_layers * V * d,
+            "active": active}

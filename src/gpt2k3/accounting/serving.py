@@ -7,6 +7,17 @@
 (datasheet and measured bandwidth); :func:`hybrid_speedups` sets a hybrid against its
 all-attention variant; :func:`serving_plan` lays a model out over devices by tensor and expert
 parallelism, and :func:`plan_roofline` times a step by the plan's busiest device.
+
+Weights are stored in ``weight_bytes`` per number; every function also takes
+``expert_bytes``, the bytes per number of the routed experts when they are stored in another
+format (``None``: the same as the rest).  :data:`WEIGHT_FORMATS` names the formats the
+chapters compare, among them ``"mxfp4"``, the released Kimi K3 checkpoint's: routed experts in
+MXFP4 (:func:`~gpt2k3.accounting.params.packed_bytes_per_weight`, 0.53125 bytes a weight with
+its scale), everything else bf16.
+
+*Time per output token* has two readings (:func:`tpot_readings`): the time one request waits
+for each of its tokens, which is the step time whatever the batch (serving benchmarks' TPOT),
+and the step time over the batch, the inverse of throughput (``Roofline.per_token_s``).
 """
 
 from __future__ import annotations
@@ -14,17 +25,54 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._checks import is_int, nonneg_int, positive_bytes
+from ._checks import byte_sizes, is_int, nonneg_int, positive_bytes
+from .spec import check_spec
 from .decode import decode_bytes, expected_distinct_experts, weights_read_per_step
 from .flops import flops_per_token
 from .hardware import H200, H200_BAND, Hardware
 from .memory import kv_cache_bytes, memory_per_sequence, state_bytes
-from .params import count_params
+from .params import count_params, packed_bytes_per_weight
 from .spec import ArchSpec, full_attention
-from .units import STATE_DTYPE_BYTES
+from .units import DTYPE_BYTES, STATE_DTYPE_BYTES
 
 __all__ = ["serving_memory", "devices_needed", "max_batch", "Roofline", "roofline",
-           "roofline_band", "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline"]
+           "roofline_band", "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline",
+           "WEIGHT_FORMATS", "weight_format", "tpot_readings"]
+
+#: Weight formats as ``(weight_bytes, expert_bytes)``: bytes per number of every weight, and
+#: of the routed experts (``None``: the same).  ``"mxfp4"`` is the released Kimi K3
+#: checkpoint's layout: routed experts in MXFP4 (4-bit, one 8-bit scale per 32 weights),
+#: everything else in bf16.
+WEIGHT_FORMATS = {
+    "bf16": (DTYPE_BYTES["bf16"], None),
+    "fp8": (DTYPE_BYTES["fp8"], None),
+    "int4": (DTYPE_BYTES["int4"], None),
+    "mxfp4": (DTYPE_BYTES["bf16"], packed_bytes_per_weight(4, 32)),
+}
+
+
+def weight_format(name: str, allowed=None) -> tuple[float, float | None]:
+    """``(weight_bytes, expert_bytes)`` of the format ``name`` (a key of
+    :data:`WEIGHT_FORMATS`, restricted to ``allowed`` if given); ``ValueError`` otherwise."""
+    choices = tuple(WEIGHT_FORMATS) if allowed is None else tuple(allowed)
+    if not isinstance(name, str) or name not in choices or name not in WEIGHT_FORMATS:
+        raise ValueError(f"weight format must be one of {choices}, got {name!r}")
+    return WEIGHT_FORMATS[name]
+
+
+def _expert_bytes(weight_bytes: float, expert_bytes: float | None) -> float:
+    if expert_bytes is None:
+        return weight_bytes
+    positive_bytes("expert_bytes", expert_bytes)
+    return expert_bytes
+
+
+def _routed_read(spec: ArchSpec, batch: int) -> float:
+    """Routed-expert parameters one decode step of ``batch`` sequences reads."""
+    if not spec.is_moe or batch == 0:
+        return 0.0
+    return (spec.n_moe_layers * expected_distinct_experts(spec.n_routed_experts, spec.top_k, batch)
+            * spec.expert_params)
 
 
 def _check_hardware(hardware) -> None:
@@ -33,17 +81,25 @@ def _check_hardware(hardware) -> None:
 
 
 def serving_memory(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes: float = 2,
-                   cache_bytes: float = 2, state_dtype_bytes: float = STATE_DTYPE_BYTES) -> dict[str, float]:
+                   cache_bytes: float = 2, state_dtype_bytes: float = STATE_DTYPE_BYTES,
+                   expert_bytes: float | None = None) -> dict[str, float]:
     """Bytes that must sit in accelerator memory to decode ``batch`` sequences of
     ``context_len`` tokens: ``{"weights", "cache", "state", "total"}``.
 
-    Every parameter is stored in the weight format (a real quantized checkpoint keeps a few
-    tensors -- norms, the router, sometimes the embeddings -- wider, and adds scales);
-    activations, workspace and the runtime's own reserve are not counted.
+    Every parameter is stored in ``weight_bytes``, the routed experts in ``expert_bytes`` if
+    given (``packed_bytes_per_weight(4, 32)`` for MXFP4 with its scales); a uniform format is
+    an approximation (a real quantized checkpoint keeps a few tensors -- norms, the router --
+    wider); activations, workspace and the runtime's own reserve are not counted.
     """
+    check_spec(spec)
+    byte_sizes(cache_bytes=cache_bytes, state_dtype_bytes=state_dtype_bytes,
+               expert_bytes=expert_bytes)
     nonneg_int("batch", batch)
     positive_bytes("weight_bytes", weight_bytes)
-    weights = count_params(spec).total * weight_bytes
+    eb = _expert_bytes(weight_bytes, expert_bytes)
+    c = count_params(spec)
+    routed = c.parts["routed experts"]
+    weights = (c.total - routed) * weight_bytes + routed * eb
     cache = kv_cache_bytes(spec, context_len, batch, cache_bytes)
     state = state_bytes(spec, batch, state_dtype_bytes)
     return {"weights": weights, "cache": cache, "state": state, "total": weights + cache + state}
@@ -51,23 +107,32 @@ def serving_memory(spec: ArchSpec, context_len: int, batch: int = 1, weight_byte
 
 def devices_needed(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
                    weight_bytes: float = 2, cache_bytes: float = 2,
-                   state_dtype_bytes: float = STATE_DTYPE_BYTES) -> int:
+                   state_dtype_bytes: float = STATE_DTYPE_BYTES,
+                   expert_bytes: float | None = None) -> int:
     """The fewest devices whose pooled memory holds the weights and every sequence's cache
     and state (:func:`serving_memory`): a lower bound that assumes every byte can go
     anywhere.  :func:`serving_plan` lays the same bytes out by tensor and expert parallelism,
     which can need more."""
+    check_spec(spec)
+    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = H200 if hardware is None else hardware
     _check_hardware(hardware)
     total = serving_memory(spec, context_len, batch, weight_bytes, cache_bytes,
-                           state_dtype_bytes)["total"]
+                           state_dtype_bytes, expert_bytes)["total"]
     return max(1, math.ceil(total / hardware.memory_bytes))
 
 
 def max_batch(spec: ArchSpec, context_len: int, hardware: Hardware = None, n_devices: int = 1,
-              weight_bytes: float = 2, cache_bytes: float = 2, state_dtype_bytes: float = STATE_DTYPE_BYTES) -> int:
+              weight_bytes: float = 2, cache_bytes: float = 2,
+              state_dtype_bytes: float = STATE_DTYPE_BYTES,
+              expert_bytes: float | None = None) -> int:
     """The most sequences of ``context_len`` tokens whose caches and states fit beside the
     weights in the pooled memory of ``n_devices`` devices (0 when the weights alone do not
     fit): the *memory-limited batch*."""
+    check_spec(spec)
+    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = H200 if hardware is None else hardware
     _check_hardware(hardware)
     if not is_int(n_devices) or n_devices < 1:
@@ -75,7 +140,8 @@ def max_batch(spec: ArchSpec, context_len: int, hardware: Hardware = None, n_dev
     if not is_int(context_len) or context_len < 1:
         raise ValueError(f"context_len must be a positive int, got {context_len!r}")
     free = n_devices * hardware.memory_bytes - serving_memory(
-        spec, context_len, 0, weight_bytes, cache_bytes, state_dtype_bytes)["weights"]
+        spec, context_len, 0, weight_bytes, cache_bytes, state_dtype_bytes,
+        expert_bytes)["weights"]
     per_sequence = memory_per_sequence(spec, context_len, cache_bytes, state_dtype_bytes)
     return max(0, int(free // per_sequence))
 
@@ -103,8 +169,16 @@ class Roofline:
 
     @property
     def per_token_s(self) -> float:
-        """Seconds per output token over the whole batch (the inverse of throughput)."""
+        """Seconds per output token over the whole batch: ``step_s / batch``, the inverse of
+        throughput.  Not what serving benchmarks call TPOT: a request waits ``step_s`` for
+        each of its tokens (:func:`tpot_readings`)."""
         return self.step_s / self.batch
+
+    @property
+    def tpot_s(self) -> float:
+        """Time per output token of one request (serving benchmarks' TPOT): every sequence of
+        the batch gains one token per step, so it is the step time, ``step_s``."""
+        return self.step_s
 
     @property
     def bound(self) -> str:
@@ -118,7 +192,8 @@ class Roofline:
 
 def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
              n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
-             state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True) -> Roofline:
+             state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True,
+             expert_bytes: float | None = None) -> Roofline:
     """The roofline of one decode step: ``batch`` sequences at ``context_len`` cached tokens.
 
     Time is the larger of bytes moved over bandwidth and FLOPs over peak::
@@ -132,14 +207,21 @@ def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardwar
     (weight-only quantization: weights are stored narrow and multiplied in bf16).  ``n``
     devices split bytes and FLOPs evenly and never wait for each other: communication
     (all-to-all for the experts, all-reduce for tensor parallelism), kernel launches and
-    imperfect overlap are left out, so the prediction is a lower bound on the time.
+    imperfect overlap are left out, so the prediction is a lower bound on the time.  With
+    ``expert_bytes`` the routed experts a step reads take that many bytes per number.
     """
+    check_spec(spec)
+    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = H200 if hardware is None else hardware
     _check_hardware(hardware)
     if not is_int(n_devices) or n_devices < 1:
         raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
     moved = decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes,
                          state_dtype_bytes).total
+    eb = _expert_bytes(weight_bytes, expert_bytes)
+    if eb != weight_bytes:
+        moved += _routed_read(spec, batch) * (eb - weight_bytes)
     flops = flops_per_token(spec, context_len, mla_absorbed) * batch
     return Roofline(batch=batch, n_devices=n_devices, bytes_per_step=moved, flops_per_step=flops,
                     memory_s=moved / (n_devices * hardware.bandwidth),
@@ -149,39 +231,78 @@ def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardwar
 def roofline_band(spec: ArchSpec, context_len: int, batch: int = 1, band: dict | None = None,
                   n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
                   state_dtype_bytes: float = STATE_DTYPE_BYTES,
-                  mla_absorbed: bool = True) -> dict[str, Roofline]:
+                  mla_absorbed: bool = True,
+                  expert_bytes: float | None = None) -> dict[str, Roofline]:
     """:func:`roofline` once per hardware of ``band`` (default
     :data:`~gpt2k3.accounting.H200_BAND`: ``{"datasheet": H200, "measured": H200_MEASURED}``):
     the sensitivity of the prediction to the bandwidth assumed.  The datasheet's 4.8 TB/s gives
     the fast end, the measured 4.55 TB/s decode read the slow end."""
+    check_spec(spec)
+    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     band = H200_BAND if band is None else band
-    if not isinstance(band, dict) or not band:
+    if (not isinstance(band, dict) or not band
+            or not all(isinstance(hw, Hardware) for hw in band.values())):
         raise ValueError(f"band must be a non-empty dict of Hardware, got {band!r}")
     return {name: roofline(spec, context_len, batch, hw, n_devices, weight_bytes, cache_bytes,
-                           state_dtype_bytes, mla_absorbed)
+                           state_dtype_bytes, mla_absorbed, expert_bytes)
             for name, hw in band.items()}
+
+
+def tpot_readings(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
+                  n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
+                  state_dtype_bytes: float = STATE_DTYPE_BYTES,
+                  expert_bytes: float | None = None) -> dict[str, float]:
+    """The two readings of "time per output token" for one decode step of ``batch``
+    sequences (:func:`roofline`), in seconds.
+
+    ``"per_request"``: what serving benchmarks call TPOT -- the time one request waits for
+    each of its tokens, which is the step time (every sequence gains one token per step), and
+    which grows with the batch; ``"per_output_token"``: the step time over the batch, the
+    inverse of throughput, which shrinks with it; ``"tokens_per_s"``: the throughput.  At
+    batch 1 the two times are equal.
+    """
+    r = roofline(spec, context_len, batch, hardware, n_devices, weight_bytes, cache_bytes,
+                 state_dtype_bytes, True, expert_bytes)
+    return {"per_request": r.tpot_s, "per_output_token": r.per_token_s,
+            "tokens_per_s": batch / r.step_s}
 
 
 def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardware = None,
                     n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
-                    state_dtype_bytes: float = STATE_DTYPE_BYTES) -> dict:
+                    state_dtype_bytes: float = STATE_DTYPE_BYTES,
+                    expert_bytes: float | None = None) -> dict:
     """A hybrid against its all-attention variant (:func:`gpt2k3.accounting.full_attention`)
-    at ``context_len`` tokens, by the roofline.
+    at ``context_len`` tokens, by the roofline, under both readings of time per output token
+    (:func:`tpot_readings`).
 
     ``"kv_reduction"``: the share of the KV cache the hybrid removes; ``"memory_reduction"``:
-    the same with the KDA states counted; ``"batch1"``: speedup per output token at batch 1;
-    ``"batch"``: the memory-limited batch of each model on ``n_devices`` devices
-    (:func:`max_batch`); ``"memory_limited"``: speedup per output token when each runs at its
-    own memory-limited batch (``None`` if either cannot hold one sequence); ``"ceiling"``: the
-    most any batch sizes can give -- the baseline at batch 1 against the hybrid with its
-    weights read for free.  ``"ms"`` holds the predicted times per output token
-    (milliseconds) behind each ratio; ``"full"`` the all-attention spec.
+    the same with the KDA states counted; ``"batch1"``: speedup at batch 1 (the two readings
+    agree there); ``"batch"``: the memory-limited batch of each model on ``n_devices``
+    devices (:func:`max_batch`).
+
+    Throughput reading (step time over batch): ``"memory_limited"``, the speedup when each
+    runs at its own memory-limited batch (``None`` if either cannot hold one sequence);
+    ``"ceiling"``, the most any batch sizes can give -- the baseline at batch 1 against the
+    hybrid with its weights read for free.
+
+    Per-request reading (TPOT, the step time): ``"equal_batch"``, the batch both can hold
+    (the all-attention model's memory-limited batch, ``None`` if 0); ``"per_request"``, the
+    ratio of step times at that batch; ``"per_request_ceiling"``, the most equal batches can
+    give on bytes: as the batch grows the step time of each tends to its per-sequence cache
+    and state traffic, so the ratio tends to the ratio of those bytes (about the cache ratio).
+
+    ``"ms"`` holds the predicted times (milliseconds) behind each ratio; ``"full"`` the
+    all-attention spec.
     """
+    check_spec(spec)
+    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = H200 if hardware is None else hardware
     _check_hardware(hardware)
     full = full_attention(spec)
     kw = dict(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
-              state_dtype_bytes=state_dtype_bytes)
+              state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     kv_h, kv_f = (kv_cache_bytes(s, context_len, 1, cache_bytes) for s in (spec, full))
     mem_h, mem_f = (memory_per_sequence(s, context_len, cache_bytes, state_dtype_bytes)
                     for s in (spec, full))
@@ -189,22 +310,30 @@ def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardwa
     one = {name: roofline(s, context_len, 1, hardware, n_devices, **kw).per_token_s
            for name, s in pair}
     batch = {name: max_batch(s, context_len, hardware, n_devices, **kw) for name, s in pair}
-    limited = None
+    limited = equal = None
     if min(batch.values()) > 0:
         limited = {name: roofline(s, context_len, batch[name], hardware, n_devices,
                                   **kw).per_token_s
                    for name, s in pair}
+        b = min(batch.values())
+        equal = {name: roofline(s, context_len, b, hardware, n_devices, **kw).tpot_s
+                 for name, s in pair}
     # the hybrid with weights free: its cache and state traffic, or its FLOPs, per token
-    per_seq = (decode_bytes(spec, context_len, 1, weight_bytes, cache_bytes,
-                            state_dtype_bytes).per_sequence / (n_devices * hardware.bandwidth))
+    seq = {name: decode_bytes(s, context_len, 1, weight_bytes, cache_bytes,
+                              state_dtype_bytes).per_sequence for name, s in pair}
+    per_seq = seq["hybrid"] / (n_devices * hardware.bandwidth)
     floor = max(per_seq, flops_per_token(spec, context_len) / (n_devices * hardware.peak_flops))
     ms = {"batch 1": {k: 1e3 * v for k, v in one.items()}}
     if limited:
         ms["memory-limited"] = {k: 1e3 * v for k, v in limited.items()}
+        ms["equal batch"] = {k: 1e3 * v for k, v in equal.items()}
     return {"full": full, "kv_reduction": 1 - kv_h / kv_f, "memory_reduction": 1 - mem_h / mem_f,
             "batch1": one["full"] / one["hybrid"], "batch": batch,
             "memory_limited": limited and limited["full"] / limited["hybrid"],
-            "ceiling": one["full"] / floor, "ms": ms}
+            "ceiling": one["full"] / floor,
+            "equal_batch": min(batch.values()) or None,
+            "per_request": equal and equal["full"] / equal["hybrid"],
+            "per_request_ceiling": seq["full"] / seq["hybrid"], "ms": ms}
 
 
 @dataclass(frozen=True)
@@ -235,12 +364,13 @@ class ServingPlan:
 
 
 def _plan_sizes(spec: ArchSpec, context_len: int, tp: int, wb: float, cb: float,
-                sb: float) -> tuple[float, float, float, float]:
+                sb: float, eb: float | None = None) -> tuple[float, float, float, float]:
     """(shared weights per device, bytes of one routed expert in every MoE layer, cache and
-    state of one sequence per device) for tensor-parallel degree ``tp``."""
+    state of one sequence per device) for tensor-parallel degree ``tp``; routed experts in
+    ``eb`` bytes per number (``None``: ``wb``)."""
     c = count_params(spec)
     shared = (c.total - c.detail["routed experts"]) * wb / tp
-    expert_layers = spec.n_moe_layers * spec.expert_params * wb
+    expert_layers = spec.n_moe_layers * spec.expert_params * _expert_bytes(wb, eb)
     # An MLA latent belongs to the token, not to a head: every rank of a tensor-parallel group
     # keeps all of it.  MHA/GQA caches and KDA states split by head.
     if spec.attention == "mla":
@@ -255,7 +385,8 @@ def _plan_sizes(spec: ArchSpec, context_len: int, tp: int, wb: float, cb: float,
 
 def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
                  tp: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
-                 state_dtype_bytes: float = STATE_DTYPE_BYTES, max_devices: int = 8192) -> ServingPlan | None:
+                 state_dtype_bytes: float = STATE_DTYPE_BYTES, max_devices: int = 8192,
+                 expert_bytes: float | None = None) -> ServingPlan | None:
     """The fewest devices (a multiple of ``tp``) that hold ``spec`` and ``batch`` sequences
     of ``context_len`` tokens under tensor and expert parallelism, planned on paper.
 
@@ -274,6 +405,8 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
     Returns ``None`` if nothing up to ``max_devices`` fits (a single sequence's cache can
     outgrow one device).  Only memory is planned; :func:`roofline` gives the time.
     """
+    check_spec(spec)
+    byte_sizes(expert_bytes=expert_bytes)
     hardware = H200 if hardware is None else hardware
     _check_hardware(hardware)
     nonneg_int("context_len", context_len)
@@ -288,7 +421,8 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
     if not is_int(max_devices) or max_devices < tp:
         raise ValueError(f"max_devices must be an int >= tp, got {max_devices!r}")
     shared, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes,
-                                                      cache_bytes, state_dtype_bytes)
+                                                      cache_bytes, state_dtype_bytes,
+                                                      expert_bytes)
 
     def layout(n: int) -> ServingPlan:
         experts = math.ceil(spec.n_routed_experts / n) if spec.is_moe else 0
@@ -317,7 +451,8 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
 
 def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: int,
                   hardware: Hardware = None, weight_bytes: float = 2, cache_bytes: float = 2,
-                  state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True) -> Roofline:
+                  state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True,
+                  expert_bytes: float | None = None) -> Roofline:
     """The roofline of one decode step on a :class:`ServingPlan`, set by its busiest device.
 
     :func:`roofline` with ``n_devices`` splits every byte and FLOP evenly, which a real layout
@@ -335,6 +470,10 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     describes that device (``n_devices=1``); its ``step_s`` is the step time of the whole
     deployment and ``per_token_s`` divides it by ``batch``.  Communication is still ignored.
     """
+    check_spec(spec)
+    nonneg_int("context_len", context_len)
+    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = H200 if hardware is None else hardware
     _check_hardware(hardware)
     if not isinstance(plan, ServingPlan):
@@ -342,9 +481,20 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     if not is_int(batch) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     tp, n = plan.tp, plan.n_devices
+    experts_needed = math.ceil(spec.n_routed_experts / n) if spec.is_moe else 0
+    shared_needed = ((count_params(spec).total - count_params(spec).detail["routed experts"])
+                     * weight_bytes / tp)
+    if (plan.experts_per_device != experts_needed
+            or not math.isclose(plan.per_device.get("shared weights", -1.0), shared_needed,
+                                rel_tol=1e-9)):
+        raise ValueError(f"plan must be a ServingPlan made for this spec ({spec.name}) and "
+                         f"weight_bytes ({weight_bytes}) by serving_plan; it holds "
+                         f"{plan.experts_per_device} experts and "
+                         f"{plan.per_device.get('shared weights')} shared-weight bytes per "
+                         f"device, this spec needs {experts_needed} and {shared_needed:g}")
     seqs = min(plan.sequences_per_group, batch)
     _, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes, cache_bytes,
-                                                 state_dtype_bytes)
+                                                 state_dtype_bytes, expert_bytes)
     c = count_params(spec)
     expert = spec.expert_params
     touched_all = (expected_distinct_experts(spec.n_routed_experts, spec.top_k, seqs)

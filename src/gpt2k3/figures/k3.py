@@ -1,12 +1,14 @@
-"""Chapter 9 (K3-scale accounting): memory, bytes, FLOPs and time per token of a 2.8T-parameter
-hybrid, how many H200s it needs, Kimi Linear's published claims checked against the roofline,
-and the road from GPT-2 in one table.
+"""Chapter 9 (Kimi K3 accounting): memory, bytes, FLOPs and time per token of the published
+Kimi K3 (``gpt2k3.archs.KIMI_K3``, 2.78T parameters), how many H200s it needs, Kimi Linear's
+published claims checked against the roofline, and the road from GPT-2 in one table.
 
 Every number comes from :mod:`gpt2k3.accounting`; this module arranges them.  The data
 helpers (:func:`hybrid_speedups`, :func:`claims_rows`, :func:`what_changed_rows`,
 :func:`summary_rows`) return plain values the notebook tabulates and the tests check; the
 figure builders put one slider on each (ratio, context, batch, weight format, cache format)
-so that every slider works in the static book.
+so that every slider works in the static book.  Every builder defaults to ``KIMI_K3``; the
+weight formats are :data:`gpt2k3.accounting.serving.WEIGHT_FORMATS`' (``"mxfp4"``: the
+released checkpoint's MXFP4 routed experts, bf16 elsewhere).
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from ..accounting import (H200, STATE_DTYPE_BYTES, ArchSpec, Hardware, count_par
                           full_attention, hybrid_spec, kv_cache_bytes, memory_per_sequence,
                           plan_roofline, ratio_label, roofline, roofline_band, serving_memory,
                           serving_plan)
-from ..archs import K3_SCALE, KIMI_LINEAR_48B, KIMI_LINEAR_CLAIMS, gpt2_to_k3_steps
+from ..accounting.serving import WEIGHT_FORMATS, weight_format
+from ..archs import KIMI_K3, KIMI_LINEAR_48B, KIMI_LINEAR_CLAIMS, gpt2_to_k3_steps
 from ..display import fmt_count, fmt_decimal_bytes, sig
 from ._style import PALETTE, Step, add_slider, style
 from .mla_moe import PARAM_SPECS, param_components
 
 # full_attention is gpt2k3.accounting's and fmt_count gpt2k3.display's, listed here because the
 # chapter's tables are built on them.
-__all__ = ["CONTEXTS", "BATCHES", "RATIOS", "WEIGHT_DTYPES", "CACHE_DTYPES", "STATE_BYTES",
+__all__ = ["CONTEXTS", "BATCHES", "RATIOS", "WEIGHT_DTYPES", "UNIFORM_WEIGHT_DTYPES",
+           "CACHE_DTYPES", "STATE_BYTES",
            "fmt_count", "full_attention", "hybrid_speedups", "claims_rows",
            "what_changed_rows", "what_changed_table", "summary_rows", "plan_rows", "k3_params",
            "k3_hybrid", "k3_batching", "k3_roofline", "k3_devices", "kimi_linear_check",
@@ -42,8 +46,13 @@ CONTEXTS = tuple(1 << p for p in range(10, 21))
 BATCHES = tuple(1 << p for p in range(0, 11))
 #: KDA : attention ratios of the hybrid slider: 0:1 (all attention) to 15:1, and all KDA.
 RATIOS = (*range(16), None)
-#: Weight and KV-cache formats the sliders offer (bytes per number in ``DTYPE_BYTES``).
-WEIGHT_DTYPES = ("bf16", "fp8", "int4")
+#: Weight formats the sliders offer (:data:`gpt2k3.accounting.serving.WEIGHT_FORMATS`):
+#: every weight in bf16 or fp8, or the released checkpoint's layout (``"mxfp4"``).
+WEIGHT_DTYPES = ("bf16", "fp8", "mxfp4")
+#: The formats that store every weight alike (what a bytes-per-token split into weights and
+#: cache, :func:`k3_batching`, can take).
+UNIFORM_WEIGHT_DTYPES = tuple(k for k in WEIGHT_DTYPES if WEIGHT_FORMATS[k][1] is None)
+#: KV-cache formats (bytes per number in ``DTYPE_BYTES``).
 CACHE_DTYPES = ("bf16", "fp8")
 #: Bytes per number of a KDA state: float32, as the recurrent kernels keep it
 #: (:data:`gpt2k3.accounting.STATE_DTYPE_BYTES`).
@@ -59,6 +68,14 @@ def _r(x: float, digits: int = 4) -> float:
 
 def _dtype(name: str, value: str, allowed: Sequence[str]) -> float:
     return dtype_bytes(name, value, allowed)
+
+
+def _weights(name: str, value: str, allowed: Sequence[str]) -> tuple[float, float | None]:
+    """``(weight_bytes, expert_bytes)`` of a weight format, ``ValueError`` naming ``name``."""
+    try:
+        return weight_format(value, allowed)
+    except ValueError:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}") from None
 
 
 def _positive_ints(name: str, xs) -> list[int]:
@@ -80,11 +97,12 @@ def _finish(fig: go.Figure, steps: list[Step], prefix: str, active: int,
 # ---------------------------------------------------------------------------- data
 def hybrid_speedups(spec: ArchSpec = KIMI_LINEAR_48B, context_len: int = 1 << 20,
                     hardware: Hardware = H200, n_devices: int = 1, weight_bytes: float = 2,
-                    cache_bytes: float = 2, state_dtype_bytes: float = STATE_BYTES) -> dict:
+                    cache_bytes: float = 2, state_dtype_bytes: float = STATE_BYTES,
+                    expert_bytes: float | None = None) -> dict:
     """:func:`gpt2k3.accounting.hybrid_speedups`, with chapter 9's model (Kimi Linear 48B-A3B)
     and context (a million tokens) as defaults."""
     return accounting.hybrid_speedups(spec, context_len, hardware, n_devices, weight_bytes,
-                                      cache_bytes, state_dtype_bytes)
+                                      cache_bytes, state_dtype_bytes, expert_bytes)
 
 
 def _verdict(computed: float, lo: float, hi: float, tolerance: float = 0.0) -> str:
@@ -97,9 +115,12 @@ def claims_rows(spec: ArchSpec = KIMI_LINEAR_48B, context_len: int | None = None
                 hardware: Hardware = H200, n_devices: Sequence[int] = (1, 8),
                 cache_bytes: float = 2) -> list[list[str]]:
     """Kimi Linear's published claims beside what the accounting computes for ``spec`` against
-    its all-MLA variant: ``[claim, published, computed, verdict]`` rows.  The verdict says
-    whether the computed value falls in the published range (the KV-cache share within one
-    percentage point), or on which side of it."""
+    its all-MLA variant: ``[claim, published, computed, verdict]`` rows.  The 6.3× is checked
+    under both readings of time per output token (:func:`gpt2k3.accounting.serving.tpot_readings`):
+    per request (the step time) at a batch both models hold, and per output token of the
+    deployment (step time over batch) at each model's own memory-limited batch.  The verdict
+    says whether the computed value falls in the published range (the KV-cache share within
+    one percentage point), or on which side of it."""
     c = KIMI_LINEAR_CLAIMS
     context_len = c["context"] if context_len is None else context_len
     runs = {n: hybrid_speedups(spec, context_len, hardware, n, cache_bytes=cache_bytes)
@@ -108,12 +129,22 @@ def claims_rows(spec: ArchSpec = KIMI_LINEAR_48B, context_len: int | None = None
     lo, hi = c["batch1_speedup"]
     tpot = c["tpot_ms"]
     cut = c["kv_cache_reduction"]
+    published = f"{c['tpot_speedup']}× ({tpot['MLA']} vs {tpot['Kimi Linear']} ms)"
     rows = [["KV cache cut by the hybrid", f"up to {100 * cut:.0f}%",
              f"{100 * first['kv_reduction']:.1f}% ({spec.n_attention_layers} of {spec.n_layer} "
              f"layers keep a cache; {100 * first['memory_reduction']:.1f}% with the KDA states)",
              _verdict(first["kv_reduction"], cut, cut, 0.01)],
-            ["speedup per output token, batch 1", f"about {lo}–{hi}×",
+            ["speedup at batch 1 (both readings)", f"about {lo}–{hi}×",
              f"{first['batch1']:.2f}×", _verdict(first["batch1"], lo, hi)]]
+    for n, run in runs.items():
+        where = f"{n} {hardware.name}" + ("s" if n > 1 else "")
+        if run["per_request"]:
+            computed = (f"{run['per_request']:.2f}× (both at batch {run['equal_batch']}; at most "
+                        f"{run['per_request_ceiling']:.2f}× at any equal batch)")
+            verdict = _verdict(run["per_request"], c["tpot_speedup"], c["tpot_speedup"], 0.05)
+        else:
+            computed, verdict = f"no batch fits on {where}", "—"
+        rows.append([f"TPOT per request, equal batches, {where}", published, computed, verdict])
     for n, run in runs.items():
         where = f"{n} {hardware.name}" + ("s" if n > 1 else "")
         b = run["batch"]
@@ -123,9 +154,8 @@ def claims_rows(spec: ArchSpec = KIMI_LINEAR_48B, context_len: int | None = None
             verdict = _verdict(run["memory_limited"], c["tpot_speedup"], c["tpot_speedup"], 0.05)
         else:
             computed, verdict = f"no batch fits on {where}", "—"
-        rows.append([f"speedup per output token at the memory-limited batch, {where}",
-                     f"{c['tpot_speedup']}× ({tpot['MLA']} vs {tpot['Kimi Linear']} ms)",
-                     computed, verdict])
+        rows.append([f"time per output token of the deployment (step / batch), memory-limited "
+                     f"batches, {where}", published, computed, verdict])
     return rows
 
 
@@ -149,21 +179,22 @@ def what_changed_rows(context_len: int = 1 << 20, cache_bytes: float = 2,
     return rows
 
 
-def summary_rows(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: int = 1,
+def summary_rows(spec: ArchSpec = KIMI_K3, context_len: int = 1 << 20, batch: int = 1,
                  weight_dtype: str = "bf16", cache_dtype: str = "bf16", tp: int = 8,
                  hardware: Hardware = H200) -> list[list[str]]:
     """Everything the chapter accounts for ``spec``, as ``[quantity, value]`` rows: parameters,
     weight bytes, cache and state, bytes and FLOPs per token, the roofline on one device and on
     the planned deployment (and on one device at the measured H200 bandwidth,
     :func:`gpt2k3.accounting.roofline_band`), and how many devices hold it."""
-    wb = _dtype("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    wb, eb = _weights("weight_dtype", weight_dtype, WEIGHT_DTYPES)
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     c = count_params(spec)
-    mem = serving_memory(spec, context_len, batch, wb, cb, STATE_BYTES)
-    roof = roofline(spec, context_len, batch, hardware, 1, wb, cb, STATE_BYTES)
-    band = roofline_band(spec, context_len, batch, None, 1, wb, cb, STATE_BYTES)
-    pooled = devices_needed(spec, context_len, batch, hardware, wb, cb, STATE_BYTES)
-    plan = serving_plan(spec, context_len, batch, hardware, tp, wb, cb, STATE_BYTES)
+    mem = serving_memory(spec, context_len, batch, wb, cb, STATE_BYTES, eb)
+    roof = roofline(spec, context_len, batch, hardware, 1, wb, cb, STATE_BYTES, True, eb)
+    band = roofline_band(spec, context_len, batch, None, 1, wb, cb, STATE_BYTES, True, eb)
+    pooled = devices_needed(spec, context_len, batch, hardware, wb, cb, STATE_BYTES, eb)
+    plan = serving_plan(spec, context_len, batch, hardware, tp, wb, cb, STATE_BYTES,
+                        expert_bytes=eb)
     rows = [
         ["parameters: total / active per token", f"{c.total:,} / {c.active:,}"],
         [f"weights ({weight_dtype})", fmt_decimal_bytes(mem["weights"])],
@@ -184,7 +215,8 @@ def summary_rows(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: i
         rows.append([f"plan with tensor parallelism {tp}", "does not fit: one sequence's cache "
                      "outgrows a device"])
     else:
-        step = plan_roofline(spec, plan, context_len, batch, hardware, wb, cb, STATE_BYTES)
+        step = plan_roofline(spec, plan, context_len, batch, hardware, wb, cb, STATE_BYTES,
+                             True, eb)
         rows += [[f"plan: TP {tp} × DP {plan.dp}, EP {plan.ep}",
                   f"{plan.n_devices:,} {hardware.name}s in {plan.machines:,} machines, "
                   f"{plan.experts_per_device} experts per layer per device, "
@@ -204,11 +236,12 @@ def _ctx_label(n: int) -> str:
     return f"{n:,}"
 
 
-def plan_rows(spec: ArchSpec = K3_SCALE,
+def plan_rows(spec: ArchSpec = KIMI_K3,
               cases: Sequence[tuple[str, int, int, int]] = (
                   ("bf16", 1 << 20, 1, 8), ("bf16", 1 << 20, 1, 1), ("bf16", 1 << 17, 64, 8),
                   ("bf16", 1 << 20, 64, 8), ("bf16", 1 << 20, 64, 1), ("fp8", 1 << 20, 64, 8),
-                  ("int4", 1 << 20, 64, 8), ("fp8", 1 << 17, 512, 8)),
+                  ("mxfp4", 1 << 20, 64, 8), ("mxfp4", 1 << 20, 64, 1),
+                  ("mxfp4", 1 << 17, 512, 8)),
               cache_dtype: str = "bf16", hardware: Hardware = H200) -> list[list]:
     """Serving plans on paper for ``(weight dtype, context, batch, tensor-parallel degree)``
     cases, one compact row each: ``[weights, context, batch, TP, "pooled / planned
@@ -217,14 +250,14 @@ def plan_rows(spec: ArchSpec = K3_SCALE,
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     rows = []
     for dtype, n, b, tp in cases:
-        wb = _dtype("weight dtype", dtype, WEIGHT_DTYPES)
-        pooled = devices_needed(spec, n, b, hardware, wb, cb, STATE_BYTES)
-        plan = serving_plan(spec, n, b, hardware, tp, wb, cb, STATE_BYTES)
+        wb, eb = _weights("weight dtype", dtype, WEIGHT_DTYPES)
+        pooled = devices_needed(spec, n, b, hardware, wb, cb, STATE_BYTES, eb)
+        plan = serving_plan(spec, n, b, hardware, tp, wb, cb, STATE_BYTES, expert_bytes=eb)
         head = [dtype, _ctx_label(n), b, tp]
         if plan is None:
             rows.append(head + [f"{pooled} / does not fit", "—", "—", "—"])
             continue
-        step = plan_roofline(spec, plan, n, b, hardware, wb, cb, STATE_BYTES)
+        step = plan_roofline(spec, plan, n, b, hardware, wb, cb, STATE_BYTES, True, eb)
         rows.append(head + [f"{pooled} / {plan.n_devices} ({plan.machines})",
                             plan.experts_per_device, fmt_decimal_bytes(plan.per_device["total"]),
                             f"{1e3 * step.step_s:.3g} ms, {b / step.step_s:,.0f}"])
@@ -235,18 +268,20 @@ def what_changed_table(context_len: int = 1 << 20, cache_bytes: float = 2,
                        weight_bytes: float = 2) -> list[list]:
     """:func:`what_changed_rows` in short form for a book-width table: ``[change, what,
     total, change in total, active, KV numbers per token, one sequence, read per token]``
-    with counts like ``'47.5B'`` and bytes like ``'19.5 GB'``."""
-    return [[change, what, fmt_count(total), fmt_count(delta, sign=True) if delta else "",
+    with counts like ``'47.5B'`` and bytes like ``'19.5 GB'`` (the first row's change empty,
+    a step that changes no count ``'0'``)."""
+    return [[change, what, fmt_count(total),
+             "" if i == 0 else (fmt_count(delta, sign=True) if delta else "0"),
              fmt_count(active), kv, fmt_decimal_bytes(seq * 1e9), fmt_decimal_bytes(read * 1e9)]
-            for change, what, total, delta, active, kv, seq, read
-            in what_changed_rows(context_len, cache_bytes, weight_bytes, exact=True)]
+            for i, (change, what, total, delta, active, kv, seq, read)
+            in enumerate(what_changed_rows(context_len, cache_bytes, weight_bytes, exact=True))]
 
 
 # ---------------------------------------------------------------------------- figures
-def k3_params(specs: Sequence[ArchSpec] = (*PARAM_SPECS, K3_SCALE),
+def k3_params(specs: Sequence[ArchSpec] = (*PARAM_SPECS, KIMI_K3),
               active: int = -1) -> go.Figure:
-    """Total against active parameters from GPT-2 to K3-scale: chapter 7's
-    :func:`gpt2k3.figures.param_components` with K3-scale added, opening on the last model
+    """Total against active parameters from GPT-2 to Kimi K3: chapter 7's
+    :func:`gpt2k3.figures.param_components` with Kimi K3 added, opening on the last model
     (``active=-1``), its two-line title kept inside the figure."""
     specs = list(specs)
     if not specs:
@@ -256,10 +291,10 @@ def k3_params(specs: Sequence[ArchSpec] = (*PARAM_SPECS, K3_SCALE),
     return fig
 
 
-def k3_hybrid(spec: ArchSpec = K3_SCALE, ratios: Sequence[int | None] = RATIOS,
+def k3_hybrid(spec: ArchSpec = KIMI_K3, ratios: Sequence[int | None] = RATIOS,
               cache_dtype: str = "bf16", active: int = 3) -> go.Figure:
-    """The layer schedule at K3 scale, a slider over the KDA : attention ratio (0:1 to 15:1,
-    and all KDA).  Left: memory one sequence keeps against context; right: bytes a decode step
+    """Kimi K3 under other layer schedules, a slider over the KDA : attention ratio (0:1 to
+    15:1, and all KDA; 3:1 is K3's own).  Left: memory one sequence keeps against context; right: bytes a decode step
     reads per token at batch 1 -- each for this schedule and for attention everywhere."""
     ratios = list(ratios)
     if not ratios:
@@ -306,7 +341,7 @@ def k3_hybrid(spec: ArchSpec = K3_SCALE, ratios: Sequence[int | None] = RATIOS,
     return _finish(fig, steps, "KDA : attention = ", active)
 
 
-def k3_batching(spec: ArchSpec = K3_SCALE, contexts: Sequence[int] = CONTEXTS,
+def k3_batching(spec: ArchSpec = KIMI_K3, contexts: Sequence[int] = CONTEXTS,
                 batches: Sequence[int] = BATCHES, weight_dtype: str = "bf16",
                 cache_dtype: str = "bf16", hardware: Hardware = H200,
                 active: int = 7) -> go.Figure:
@@ -316,7 +351,7 @@ def k3_batching(spec: ArchSpec = K3_SCALE, contexts: Sequence[int] = CONTEXTS,
     roofline time on one device."""
     contexts = _positive_ints("contexts", contexts)
     batches = _positive_ints("batches", batches)
-    wb = _dtype("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    wb = _dtype("weight_dtype", weight_dtype, UNIFORM_WEIGHT_DTYPES)
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     full = full_attention(spec)
     names = ("weights, per token", "KV cache + state, per token", "total")
@@ -360,7 +395,7 @@ def k3_batching(spec: ArchSpec = K3_SCALE, contexts: Sequence[int] = CONTEXTS,
     return _finish(fig, steps, "context length: ", min(active, len(steps) - 1))
 
 
-def k3_roofline(spec: ArchSpec = K3_SCALE, batches: Sequence[int] = (1, 8, 64, 256, 1024),
+def k3_roofline(spec: ArchSpec = KIMI_K3, batches: Sequence[int] = (1, 8, 64, 256, 1024),
                 contexts: Sequence[int] = CONTEXTS, weight_dtype: str = "bf16",
                 cache_dtype: str = "bf16", hardware: Hardware = H200,
                 active: int = 0) -> go.Figure:
@@ -370,7 +405,7 @@ def k3_roofline(spec: ArchSpec = K3_SCALE, batches: Sequence[int] = (1, 8, 64, 2
     divide both by ``n``."""
     batches = _positive_ints("batches", batches)
     contexts = _positive_ints("contexts", contexts)
-    wb = _dtype("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    wb, eb = _weights("weight_dtype", weight_dtype, WEIGHT_DTYPES)
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     full = full_attention(spec)
     fig = go.Figure()
@@ -389,12 +424,14 @@ def k3_roofline(spec: ArchSpec = K3_SCALE, batches: Sequence[int] = (1, 8, 64, 2
     for b in batches:
         ys, bounds = [], []
         for s in (spec, full):
-            roofs = [roofline(s, n, b, hardware, 1, wb, cb, STATE_BYTES) for n in contexts]
+            roofs = [roofline(s, n, b, hardware, 1, wb, cb, STATE_BYTES, True, eb)
+                     for n in contexts]
             ys += [[_r(1e3 * r.memory_s / b) for r in roofs],
                    [_r(1e3 * r.compute_s / b) for r in roofs]]
             bounds.append(roofs[-1])
         h, f = bounds
-        slow = roofline(spec, contexts[-1], b, accounting.H200_MEASURED, 1, wb, cb, STATE_BYTES)
+        slow = roofline(spec, contexts[-1], b, accounting.H200_MEASURED, 1, wb, cb, STATE_BYTES,
+                        True, eb)
         steps.append(Step(
             label=str(b), data={"x": [contexts] * 4, "y": ys},
             layout={"title.text": (
@@ -407,7 +444,7 @@ def k3_roofline(spec: ArchSpec = K3_SCALE, batches: Sequence[int] = (1, 8, 64, 2
     return _finish(fig, steps, "batch: ", min(active, len(steps) - 1))
 
 
-def k3_devices(spec: ArchSpec = K3_SCALE, weight_dtypes: Sequence[str] = WEIGHT_DTYPES,
+def k3_devices(spec: ArchSpec = KIMI_K3, weight_dtypes: Sequence[str] = WEIGHT_DTYPES,
                batches: Sequence[int] = (1, 8, 64, 256), contexts: Sequence[int] = CONTEXTS,
                cache_dtype: str = "bf16", hardware: Hardware = H200,
                active: int = 0) -> go.Figure:
@@ -418,7 +455,7 @@ def k3_devices(spec: ArchSpec = K3_SCALE, weight_dtypes: Sequence[str] = WEIGHT_
     if not dtypes:
         raise ValueError("weight_dtypes must not be empty")
     for d in dtypes:
-        _dtype("weight_dtypes", d, WEIGHT_DTYPES)
+        _weights("weight_dtypes", d, WEIGHT_DTYPES)
     batches = _positive_ints("batches", batches)
     contexts = _positive_ints("contexts", contexts)
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
@@ -441,11 +478,11 @@ def k3_devices(spec: ArchSpec = K3_SCALE, weight_dtypes: Sequence[str] = WEIGHT_
     fig.update_layout(margin=dict(t=190), legend=dict(y=1.04))
     steps = []
     for d in dtypes:
-        wb = dtype_bytes("weight_dtypes", d)
-        ys = [[devices_needed(s, n, b, hardware, wb, cb, STATE_BYTES) for n in contexts]
+        wb, eb = weight_format(d)
+        ys = [[devices_needed(s, n, b, hardware, wb, cb, STATE_BYTES, eb) for n in contexts]
               for s in (spec, full) for b in batches]
-        alone = devices_needed(spec, 0, 0, hardware, wb, cb, STATE_BYTES)
-        weights = serving_memory(spec, 0, 0, wb)["weights"]
+        alone = devices_needed(spec, 0, 0, hardware, wb, cb, STATE_BYTES, eb)
+        weights = serving_memory(spec, 0, 0, wb, expert_bytes=eb)["weights"]
         i64 = batches.index(64) if 64 in batches else len(batches) - 1
         steps.append(Step(
             label=d, data={"x": [contexts] * (2 * len(batches)) + [[contexts[0], contexts[-1]]],
@@ -464,9 +501,14 @@ def kimi_linear_check(spec: ArchSpec = KIMI_LINEAR_48B, cache_dtypes: Sequence[s
                       n_devices: Sequence[int] = (1, 8), hardware: Hardware = H200,
                       active: int = 0) -> go.Figure:
     """Kimi Linear's published decoding speedups against the roofline's, over context, with a
-    slider over the KV-cache format: batch 1, each model at its memory-limited batch on one and
-    on eight devices, and the ceiling (the all-MLA model at batch 1 against the hybrid with
-    its weights free).  The published points are drawn at 1M tokens."""
+    slider over the KV-cache format, under both readings of time per output token.  Step time
+    over batch (throughput): each model at its memory-limited batch on one and on eight
+    devices, and its ceiling (the all-MLA model at batch 1 against the hybrid with its
+    weights free).  Per request (TPOT, the step time): both models at the batch the all-MLA
+    one holds, on each device count, and its ceiling, the ratio of the bytes each sequence
+    reads.  Batch 1 is the same under both.  The published points are drawn at 1M tokens.
+    Traces: batch 1, the memory-limited lines, the throughput ceiling, the equal-batch lines,
+    the per-request ceiling, then the two published markers."""
     dtypes = list(cache_dtypes)
     if not dtypes:
         raise ValueError("cache_dtypes must not be empty")
@@ -488,6 +530,17 @@ def kimi_linear_check(spec: ArchSpec = KIMI_LINEAR_48B, cache_dtypes: Sequence[s
     fig.add_trace(go.Scatter(name="ceiling (weights free)", mode="lines",
                              line=dict(color=_GREY, dash="dash"),
                              hovertemplate="%{x:,} tokens: at most %{y:.2f}×<extra></extra>"))
+    for i, n in enumerate(n_devices):
+        where = f"{n} {short}" + ("s" if n > 1 else "")
+        fig.add_trace(go.Scatter(
+            name=f"per-request TPOT, equal batch, {where}", mode="lines+markers",
+            line=dict(color=PALETTE[2 + i], dash="dot"), marker_symbol="square",
+            hovertemplate="%{x:,} tokens: %{y:.2f}× (%{text})<extra>per request, "
+                          + where + "</extra>"))
+    fig.add_trace(go.Scatter(name="per-request ceiling (bytes per sequence)", mode="lines",
+                             line=dict(color=_GREY, dash="dot"),
+                             hovertemplate="%{x:,} tokens: at most %{y:.2f}× per request"
+                                           "<extra></extra>"))
     lo, hi = claims["batch1_speedup"]
     ctx = claims["context"]
     fig.add_trace(go.Scatter(
@@ -520,31 +573,39 @@ def kimi_linear_check(spec: ArchSpec = KIMI_LINEAR_48B, cache_dtypes: Sequence[s
                           for r in runs[n]])
         ys.append([_r(r["ceiling"]) for r in first])
         texts.append([""] * len(contexts))
+        for n in n_devices:
+            ys.append([_r(r["per_request"]) if r["per_request"] else None for r in runs[n]])
+            texts.append([f"both at batch {r['equal_batch']}" for r in runs[n]])
+        ys.append([_r(r["per_request_ceiling"]) for r in first])
+        texts.append([""] * len(contexts))
         at = first[-1]
         last = runs[n_devices[-1]][-1]
 
         def x(v):
             return f"{v:.2f}×" if v else "no batch"
 
+        k = 2 * len(n_devices) + 3
         steps.append(Step(
-            label=d, traces=list(range(len(n_devices) + 2)),
-            data={"x": [contexts] * (len(n_devices) + 2), "y": ys, "text": texts},
+            label=d, traces=list(range(k)),
+            data={"x": [contexts] * k, "y": ys, "text": texts},
             layout={"title.text": (
                 f"{spec.name} vs full MLA, {d} cache, {contexts[-1]:,} tokens: "
-                f"roofline {at['batch1']:.2f}× at batch 1,<br>{x(at['memory_limited'])} "
-                f"({x(last['memory_limited'])} on {n_devices[-1]}) at the memory-limited batch, "
-                f"at most {at['ceiling']:.2f}×; published {claims['tpot_speedup']}×")}))
+                f"roofline {at['batch1']:.2f}× at batch 1; step/batch {x(at['memory_limited'])} "
+                f"({x(last['memory_limited'])} on {n_devices[-1]}),<br>at most "
+                f"{at['ceiling']:.2f}×; per request {x(last['per_request'])} on "
+                f"{n_devices[-1]}, at most {at['per_request_ceiling']:.2f}×; published "
+                f"{claims['tpot_speedup']}×")}))
     return _finish(fig, steps, "KV-cache format: ", min(active, len(steps) - 1))
 
 
-def k3_dashboard(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: int = 1,
+def k3_dashboard(spec: ArchSpec = KIMI_K3, context_len: int = 1 << 20, batch: int = 1,
                  weight_dtype: str = "bf16", cache_dtype: str = "bf16", tp: int = 8,
                  hardware: Hardware = H200) -> go.Figure:
     """One figure with everything :func:`summary_rows` accounts for ``spec`` (a table), and
     the roofline per output token against batch at ``context_len`` for ``spec`` and its
     all-attention variant, the chosen batch marked.  The live explorer's view."""
     rows = summary_rows(spec, context_len, batch, weight_dtype, cache_dtype, tp, hardware)
-    wb = _dtype("weight_dtype", weight_dtype, WEIGHT_DTYPES)
+    wb, eb = _weights("weight_dtype", weight_dtype, WEIGHT_DTYPES)
     cb = _dtype("cache_dtype", cache_dtype, CACHE_DTYPES)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.45, 0.55], vertical_spacing=0.06,
                         specs=[[{"type": "table"}], [{"type": "xy"}]])
@@ -558,12 +619,14 @@ def k3_dashboard(spec: ArchSpec = K3_SCALE, context_len: int = 1 << 20, batch: i
     if spec.kda_layers:
         variants.append(("attention in every layer", full_attention(spec), _FULL))
     for who, s, color in variants:
-        y = [1e3 * roofline(s, context_len, b, hardware, 1, wb, cb, STATE_BYTES).per_token_s
+        y = [1e3 * roofline(s, context_len, b, hardware, 1, wb, cb, STATE_BYTES, True,
+                            eb).per_token_s
              for b in batches]
         fig.add_trace(go.Scatter(x=batches, y=y, name=who, mode="lines", line_color=color,
                                  hovertemplate="batch %{x}: %{y:.3g} ms<extra>" + who
                                                + "</extra>"), 2, 1)
-    mark = 1e3 * roofline(spec, context_len, batch, hardware, 1, wb, cb, STATE_BYTES).per_token_s
+    mark = 1e3 * roofline(spec, context_len, batch, hardware, 1, wb, cb, STATE_BYTES, True,
+                          eb).per_token_s
     fig.add_trace(go.Scatter(x=[batch], y=[mark], mode="markers", name=f"batch {batch}",
                              marker=dict(size=12, color=_HYBRID, symbol="circle-open"),
                              hovertemplate="batch %{x}: %{y:.3g} ms<extra></extra>"), 2, 1)
