@@ -4,6 +4,7 @@ decoder, Hugging Face -- against the memory-bandwidth bound.
     python benchmarks/decode.py                 # the chapter's numbers (about ten minutes on 2 cores)
     python benchmarks/decode.py --quick         # a smoke run
     python benchmarks/decode.py --device cuda --dtype bfloat16   # on a GPU, if there is one
+    python benchmarks/decode.py --concat-sweep --threads 1   # only the long-context cache sweep (~2 minutes)
 
 All five generators decode greedily from the same random GPT-2 small weights (Hugging Face's
 ``GPT2LMHeadModel`` is built first and its state dict loaded into ours), so they produce the
@@ -33,6 +34,21 @@ GPT-2-small-shaped model with a longer position table, so N can exceed 1,024) fo
 reference forward and the fast decoder, and puts each next to its roofline prediction, bytes
 moved / bandwidth.
 
+``--concat-sweep`` runs a separate part instead: the **concatenating against the preallocated
+cache at long context**.  A narrow model (4 layers, 256 wide, a 512-token vocabulary, so that a
+step reads far more cache than weights) gets a cache filled with N random positions (8K, 16K
+and 32K; the contents do not change the cost, and no O(N^2) prefill is run) and then decodes
+``--concat-steps`` one-token steps through ``model(token, cache=cache)`` -- the decode step of
+``gpt2k3.gpt2.generate`` -- with each cache, the two sampled in turn, every run from a freshly
+filled cache, median of ``--concat-runs`` runs; the attention's finiteness checks are skipped
+(:func:`finite_checks_skipped`).  Each row also holds the cache traffic of those steps
+(:func:`gpt2k3.accounting.decode.decode_cache_traffic`), its ratio, the time that traffic plus
+the weights would take at the measured read bandwidth, and the time of one step's ``torch.cat``
+copies made into memory allocated once (the copying without the allocator).  On a shared
+machine run it with ``--threads 1``: with two threads on two busy cores every small parallel
+op waits for a descheduled thread.  It writes
+``benchmarks/results/decode_concat_<device>.json``, with the machine and its load.
+
 Writes ``benchmarks/results/decode_<device>.json``: the keys chapter 2 reads
 (``tokens_per_s`` of the four reference generators and Hugging Face, ``ratios``,
 ``bandwidth_bound_tokens_per_s``, ``step_vs_context``, ...) plus ``fast_decoder``,
@@ -43,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from contextlib import contextmanager
 import os
 import sys
 import time
@@ -54,6 +71,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, median, read_bandwidth, sync, write  # noqa: E402
 
+from gpt2k3.accounting.decode import decode_bytes, decode_cache_traffic  # noqa: E402
+from gpt2k3.archs import spec_from_gpt_config  # noqa: E402
 from gpt2k3.gpt2 import GPT, FastDecoder, GPTConfig, generate  # noqa: E402
 from gpt2k3.kv_cache import concat_cache  # noqa: E402
 
@@ -61,6 +80,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 FAST = "fast decoder"
 #: a model small enough for a smoke run in seconds (``--tiny``)
 TINY = dict(n_layer=2, n_head=4, n_embd=64, vocab_size=211, n_positions=64)
+#: the long-context sweep's model (``--concat-sweep``): narrow, few layers, a small vocabulary,
+#: so that at 8K+ tokens a step reads almost nothing but its cache
+CONCAT_MODEL = dict(n_layer=4, n_head=4, n_embd=256, vocab_size=512)
+CONCAT, PREALLOC = "concatenating cache", "preallocated cache"
 
 
 def weight_bytes_per_token(model: GPT) -> int:
@@ -274,6 +297,122 @@ def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
     return rows
 
 
+@contextmanager
+def finite_checks_skipped(skip: bool = True):
+    """Within the block, :func:`gpt2k3._validate.check_finite` checks nothing.
+
+    The model's attention validates its inputs (:func:`gpt2k3.mixers.softmax.parallel`), and
+    the finiteness check scans every cached key and value on every decode step -- several
+    passes over the whole cache, the same for both caches, that no production decoder makes
+    and that would swamp the difference this sweep measures.  The results record whether the
+    checks were skipped.
+    """
+    import gpt2k3._validate as validate
+
+    saved = validate.check_finite
+    if skip:
+        validate.check_finite = lambda value, name: value
+    try:
+        yield
+    finally:
+        validate.check_finite = saved
+
+
+def bench_concat_vs_preallocated(args, device, dtype) -> dict:
+    """The concatenating and the preallocated cache at long context, side by side: for each
+    N, ``--concat-steps`` decode steps after a cache filled with N positions, each run from a
+    freshly filled cache, the two caches sampled in turn; median of ``--concat-runs`` runs."""
+    contexts, n_steps, B = list(args.concat_contexts), args.concat_steps, args.batch
+    config = GPTConfig(block_size=max(contexts) + n_steps, **CONCAT_MODEL)
+    spec = spec_from_gpt_config(config, name="concat sweep model")
+    H, D = config.n_head, config.n_embd // config.n_head
+    torch.manual_seed(0)
+    model = GPT(config).to(device=device, dtype=dtype).eval()
+    load_start = os.getloadavg()[0]
+    start = time.perf_counter()
+    bandwidth = median([read_bandwidth(device, nbytes=args.bandwidth_bytes, runs=3) for _ in range(3)])
+    weights = decode_bytes(spec, 0, B, dtype.itemsize).weights
+    rows = []
+    with torch.no_grad():
+        for n in contexts:
+            g = torch.Generator().manual_seed(n)
+            prefix = [(torch.randn(B, H, n, D, generator=g).to(device=device, dtype=dtype),
+                       torch.randn(B, H, n, D, generator=g).to(device=device, dtype=dtype))
+                      for _ in range(config.n_layer)]
+            tokens = torch.randint(0, config.vocab_size, (B, n_steps), generator=g).to(device)
+
+            def filled(kind):
+                cache = (concat_cache(model, B) if kind == CONCAT
+                         else model.new_cache(B, n + n_steps, dtype=dtype, device=device))
+                for layer, (k, v) in zip(cache, prefix):  # N cached positions, no prefill run
+                    layer.extend(k, v)
+                sync(device)
+                return cache
+
+            def decode(cache) -> float:
+                t0 = time.perf_counter()
+                for i in range(n_steps):
+                    model(tokens[:, i:i + 1], cache=cache)
+                sync(device)
+                return (time.perf_counter() - t0) / n_steps
+
+            samples = {PREALLOC: [], CONCAT: []}
+            for r in range(args.concat_runs + 1):  # the first round is the warm-up
+                for kind in samples:
+                    cache = filled(kind)
+                    seconds = decode(cache)
+                    assert cache.length == n + n_steps
+                    if r:
+                        samples[kind].append(seconds)
+                    del cache
+            # the same copies torch.cat makes at this context, into memory allocated once:
+            # what the copying costs without the allocator
+            new = torch.zeros(B, H, 1, D, device=device, dtype=dtype)
+            outs = [torch.empty(B, H, n + 1, D, device=device, dtype=dtype) for _ in range(2 * config.n_layer)]
+
+            def copies():
+                for out, (k, v) in zip(outs, [kv for kv in prefix for _ in range(2)]):
+                    torch.cat((k, new), dim=2, out=out)
+                sync(device)
+
+            copies()
+            copy_seconds = median([timed(copies) for _ in range(args.concat_runs)])
+            del outs
+            traffic = decode_cache_traffic(spec, n, n_steps, B, dtype.itemsize)
+            moved = {PREALLOC: weights + traffic.preallocated / n_steps,
+                     CONCAT: weights + traffic.concatenating / n_steps}
+            med = {kind: median(t) for kind, t in samples.items()}
+            rows.append({
+                "context": n,
+                "seconds_per_step": med,
+                "ratio": med[CONCAT] / med[PREALLOC],
+                "samples": samples,
+                "cache_bytes_per_step": {PREALLOC: traffic.preallocated / n_steps,
+                                         CONCAT: traffic.concatenating / n_steps},
+                "traffic_ratio": traffic.ratio,
+                "bytes_per_step": moved,
+                "roofline_seconds": {kind: b / bandwidth for kind, b in moved.items()},
+                "copies_into_reused_memory_seconds": copy_seconds,
+            })
+            print(f"  N={n}: preallocated {1e3 * med[PREALLOC]:.2f} ms/step, concatenating "
+                  f"{1e3 * med[CONCAT]:.2f} ms/step: {med[CONCAT] / med[PREALLOC]:.2f}x "
+                  f"(cache traffic {traffic.ratio:.2f}x); one step's copies into reused memory "
+                  f"{1e3 * copy_seconds:.2f} ms", flush=True)
+            del prefix
+    info = machine(device)
+    info["load_average_1min"] = {"start": load_start, "end": os.getloadavg()[0]}
+    return {"machine": info, "quick": args.quick,
+            "config": {"device": device, "dtype": args.dtype, "threads": args.threads, "batch": B,
+                       "contexts": contexts, "steps": n_steps, "runs": args.concat_runs,
+                       "bandwidth_bytes": args.bandwidth_bytes,
+                       "finite_checks_skipped": not args.concat_keep_checks},
+            "model": {**CONCAT_MODEL, "block_size": config.block_size,
+                      "note": "random weights; the cache filled with random keys and values"},
+            "weight_bytes_per_step": weights,
+            "read_bandwidth_bytes_per_s": bandwidth,
+            "rows": rows, "wall_s": time.perf_counter() - start}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
@@ -293,6 +432,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--contexts", type=int, nargs="+",
                     default=[16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768])
     ap.add_argument("--max-context", type=int, default=32769)
+    ap.add_argument("--concat-sweep", action="store_true",
+                    help="run only the long-context sweep of the concatenating against the "
+                         "preallocated cache; writes decode_concat_<device>.json")
+    ap.add_argument("--concat-contexts", type=int, nargs="+", default=[8192, 16384, 32768])
+    ap.add_argument("--concat-steps", type=int, default=16, help="decode steps per run of the sweep")
+    ap.add_argument("--concat-runs", type=int, default=11, help="runs per cache and context of the sweep")
+    ap.add_argument("--concat-keep-checks", action="store_true",
+                    help="keep the attention's finiteness checks in the sweep (see finite_checks_skipped)")
     ap.add_argument("--quick", action="store_true", help="tiny run to check the script works")
     ap.add_argument("--tiny", action="store_true",
                     help="a 2-layer, 64-wide model instead of GPT-2 small (smoke tests only)")
@@ -304,6 +451,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.layout_stream_bytes = min(args.layout_stream_bytes, 1 << 26)
         args.bandwidth_bytes = min(args.bandwidth_bytes, 1 << 26)
         args.contexts, args.max_context = [16, 256], 257
+        args.concat_contexts, args.concat_steps, args.concat_runs = [64, 256], 2, 1
     if args.tiny:
         args.max_context = min(args.max_context, TINY["n_positions"])
         args.new_tokens = min(args.new_tokens, TINY["n_positions"] - args.prompt)
@@ -351,6 +499,16 @@ def summary_lines(payload: dict) -> list[str]:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.concat_sweep:
+        torch.set_num_threads(args.threads)
+        print(f"concatenating vs preallocated cache on {args.device} ({args.dtype}, "
+              f"{torch.get_num_threads()} threads):", flush=True)
+        with finite_checks_skipped(not args.concat_keep_checks):
+            payload = bench_concat_vs_preallocated(args, args.device, DTYPES[args.dtype])
+        name = f"decode_concat_{args.device.split(':')[0]}{'_quick' if args.quick else ''}.json"
+        path = write(args.out or name, payload)
+        print(f"wrote {path} in {payload['wall_s']:.0f} s")
+        return
     payload = run(args)
     path = write(args.out or f"decode_{args.device.split(':')[0]}.json", payload)
     print("\n".join(summary_lines(payload)))

@@ -108,3 +108,55 @@ def test_benchmark_results_plot():
     assert r["tokens_identical"] is True
     assert len(F.decode_speed(r).data[0].y) == len(r["tokens_per_s"]) + ("fast_decoder" in r)
     assert len(F.decode_roofline({"CPU": r}).data) == 2
+
+
+def test_cache_growth_title_is_the_exact_crossing():
+    from gpt2k3.accounting.decode import weights_cache_crossing
+
+    fig = F.cache_growth(GPT2_FAMILY, batches=(1,), dtype="bf16")
+    for spec, step in zip(GPT2_FAMILY, fig.layout.sliders[0].steps):
+        n = weights_cache_crossing(spec, 1, 2, 2)
+        assert f"beyond {n:,.0f} tokens" in step.args[1]["title.text"]
+        weights = step.args[0]["y"][-1][0]
+        assert weights == weights_cache_crossing(spec, 1, 2, 2) * kv_cache_bytes(spec, 1)
+    tiny = F.cache_growth([GPT2_SMALL], batches=(1,), max_context=64)
+    assert "stays below" in tiny.layout.sliders[0].steps[0].args[1]["title.text"]
+
+
+def _sweep_result():
+    rows = []
+    for n, (pre, cat) in ((8192, (0.01, 0.03)), (32768, (0.02, 0.15))):
+        rows.append({"context": n, "seconds_per_step": {"preallocated cache": pre, "concatenating cache": cat},
+                     "ratio": cat / pre, "traffic_ratio": 2.99,
+                     "roofline_seconds": {"preallocated cache": pre / 2, "concatenating cache": cat / 4},
+                     "copies_into_reused_memory_seconds": pre})
+    return {"rows": rows, "machine": {"cpu": "test CPU", "torch_threads": 1},
+            "model": {"n_layer": 4, "n_embd": 256, "vocab_size": 512}, "config": {"dtype": "float32"}}
+
+
+def test_concat_vs_preallocated_lays_out_the_sweep():
+    from gpt2k3.figures.kv_cache import concat_vs_preallocated
+
+    r = _sweep_result()
+    fig = concat_vs_preallocated(r)
+    assert len(fig.data) == 4
+    pre, pre_roof, cat, cat_roof = fig.data
+    assert list(pre.x) == [8192, 32768] and list(cat.y) == [30.0, 150.0]
+    assert list(pre_roof.y) == [5.0, 10.0] and cat.customdata[1][0] == pytest.approx(7.5)
+    assert "test CPU" in fig.layout.title.text
+    for bad in ({}, {"rows": []}, None):
+        with pytest.raises(ValueError, match="result"):
+            concat_vs_preallocated(bad)
+
+
+@pytest.mark.skipif(not (RESULTS / "decode_concat_cpu.json").exists(), reason="no concat sweep results")
+def test_concat_sweep_results_plot():
+    from gpt2k3.figures.kv_cache import concat_vs_preallocated
+
+    r = json.loads((RESULTS / "decode_concat_cpu.json").read_text())
+    assert r["config"]["finite_checks_skipped"] is True and r["machine"]["load_average_1min"]
+    for row in r["rows"]:
+        assert row["ratio"] == pytest.approx(row["seconds_per_step"]["concatenating cache"]
+                                             / row["seconds_per_step"]["preallocated cache"])
+        assert 2.9 < row["traffic_ratio"] < 3
+    assert len(concat_vs_preallocated(r).data) == 4

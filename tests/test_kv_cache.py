@@ -176,3 +176,65 @@ def test_results_loader(tmp_path, monkeypatch):
     assert results.results_dir() == d
     assert results.exists("x.json") and not results.exists("y.json")
     assert results.load("x.json") == {"a": 1}
+
+
+def test_decode_cache_traffic_counts_what_the_caches_do():
+    """The closed forms of chapter 2's cache traffic against the caches themselves: the
+    concatenating cache's copies are what it reports copying, attention reads every filled
+    position of the preallocated cache at every step, and the ratio stays below 3."""
+    from gpt2k3.accounting.decode import decode_cache_traffic
+    from gpt2k3.archs import spec_from_gpt_config
+    from gpt2k3.kv_cache import concat_copy_bytes
+
+    cfg = GPTConfig(block_size=64, vocab_size=20, n_layer=2, n_head=2, n_embd=8)
+    model = GPT(cfg).eval()
+    spec = spec_from_gpt_config(cfg)
+    prompt, n_new, batch = 5, 7, 2
+    cat, pre = concat_cache(model, batch), model.new_cache(batch, prompt + n_new)
+    read = 0
+    with torch.no_grad():
+        for cache in (cat, pre):
+            model(torch.zeros(batch, prompt, dtype=torch.long), cache=cache)
+        for _ in range(n_new):
+            for cache in (cat, pre):
+                model(torch.zeros(batch, 1, dtype=torch.long), cache=cache)
+            read += pre.used_nbytes  # attention reads every filled position, this one included
+    t = decode_cache_traffic(spec, prompt, n_new, batch, dtype_bytes=4)
+    assert t.concat_write == sum(c.bytes_copied for c in cat) == batch * concat_copy_bytes(2, 8, prompt, n_new, 4)
+    assert t.attention_read == t.concat_read == read
+    assert t.append_write == n_new * pre.used_nbytes // pre.length
+    assert t.preallocated == t.attention_read + t.append_write
+    assert t.concatenating == 3 * t.attention_read
+    assert 2 < t.ratio < 3
+    long = decode_cache_traffic(spec, 32768, 8)
+    assert 2.999 < long.ratio < 3  # a constant factor at long context, not a growing one
+    assert decode_cache_traffic(spec, 4, 0).concatenating == 0
+    for bad, match in (((spec, 0, 1), "prompt_len"), ((spec, 1, -1), "n_new"),
+                       ((spec, 1, 1, 0), "batch"), (("gpt2", 1, 1), "spec")):
+        with pytest.raises(ValueError, match=match):
+            decode_cache_traffic(*bad)
+
+
+def test_weights_cache_crossing_is_where_the_lines_meet():
+    import math
+
+    from gpt2k3.accounting import cache_bound_context, count_params, kv_cache_bytes, state_bytes
+    from gpt2k3.accounting.decode import weights_cache_crossing
+    from gpt2k3.archs import GPT2_SMALL, KIMI_LINEAR_48B
+
+    n = weights_cache_crossing(GPT2_SMALL)
+    assert n == count_params(GPT2_SMALL).total / kv_cache_bytes(GPT2_SMALL, 1, dtype_bytes=1)
+    w = count_params(GPT2_SMALL).total * 2
+    assert kv_cache_bytes(GPT2_SMALL, math.floor(n)) < w < kv_cache_bytes(GPT2_SMALL, math.ceil(n))
+    # memory held (the whole position table) against what a step reads (one row of it)
+    assert cache_bound_context(GPT2_SMALL) < n
+    assert weights_cache_crossing(GPT2_SMALL, 4) == pytest.approx(n / 4)
+    assert weights_cache_crossing(GPT2_SMALL, 1, 2, 1) == pytest.approx(2 * n)
+    # a hybrid: the fixed states are held too, once
+    h = weights_cache_crossing(KIMI_LINEAR_48B, 2)
+    held = kv_cache_bytes(KIMI_LINEAR_48B, 1, 2) * h + state_bytes(KIMI_LINEAR_48B, 2, 4)
+    assert held == pytest.approx(count_params(KIMI_LINEAR_48B).total * 2)
+    with pytest.raises(ValueError, match="weight_bytes"):
+        weights_cache_crossing(GPT2_SMALL, 1, 0)
+    with pytest.raises(ValueError, match="batch"):
+        weights_cache_crossing(GPT2_SMALL, 0)

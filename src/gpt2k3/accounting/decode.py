@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ._checks import is_int, nonneg_int, positive_bytes, positive_int
 from .memory import kv_cache_bytes, state_bytes
 from .params import count_params
-from .spec import ArchSpec
+from .spec import ArchSpec, check_spec
 from .units import STATE_DTYPE_BYTES
 
 __all__ = ["expected_distinct_experts", "weights_read_per_step", "DecodeBytes", "decode_bytes",
@@ -105,8 +105,7 @@ def decode_bytes(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes:
     """Bytes one decode step of ``batch`` sequences at ``context_len`` cached positions moves,
     by part (see the module docstring): weights in ``weight_bytes`` per number, the KV cache in
     ``cache_bytes``, the state in ``state_dtype_bytes`` (float32 by default)."""
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
+    check_spec(spec)
     nonneg_int("context_len", context_len)
     positive_int("batch", batch)
     positive_bytes("weight_bytes", weight_bytes)
@@ -166,3 +165,105 @@ def cache_bound_context(spec: ArchSpec, batch: int = 1, weight_bytes: float = 2,
     if kv == 0:
         return math.inf
     return max(0.0, (b.weights / batch - b.state / batch) / kv)
+
+
+# --------------------------------------------------------------------------- chapter 2 additions
+# (appended: the exact weights-vs-cache crossing of chapter 2's cache-growth figure, and the
+# cache traffic of the concatenating and preallocated caches over a decode)
+
+
+def weights_cache_crossing(spec: ArchSpec, batch: int = 1, weight_bytes: float = 2,
+                           cache_bytes: float = 2,
+                           state_dtype_bytes: float = STATE_DTYPE_BYTES) -> float:
+    """The exact context length at which the memory ``batch`` sequences' KV caches (plus any
+    fixed linear-attention states) hold equals the memory of all the model's weights.
+
+    ``(P b_w - state) / kv``: ``P`` every parameter (:func:`count_params` ``.total``: the whole
+    position table too -- memory held, not read), ``state`` the batch's states
+    (:func:`~gpt2k3.accounting.memory.state_bytes`, held once, so not doubled as in
+    :func:`decode_bytes`), ``kv`` the cache bytes of one more token of every sequence.  This is
+    where the cache line of chapter 2's cache-growth figure (:func:`gpt2k3.figures.cache_growth`)
+    crosses its weights line; compare :func:`cache_bound_context`, the crossing against the
+    weights one decode step *reads* (one row of the position table), which is a little earlier.
+    A float; ``math.inf`` for a model with no growing cache, 0 when the states alone outweigh
+    the weights.
+    """
+    check_spec(spec)
+    positive_int("batch", batch)
+    positive_bytes("weight_bytes", weight_bytes)
+    positive_bytes("cache_bytes", cache_bytes)
+    positive_bytes("state_dtype_bytes", state_dtype_bytes)
+    kv = kv_cache_bytes(spec, 1, batch, cache_bytes)
+    if kv == 0:
+        return math.inf
+    weights = count_params(spec).total * weight_bytes
+    return max(0.0, (weights - state_bytes(spec, batch, state_dtype_bytes)) / kv)
+
+
+@dataclass(frozen=True)
+class CacheTraffic:
+    """KV-cache bytes moved over ``n_new`` decode steps after a ``prompt_len``-token prefill,
+    for ``batch`` sequences (see :func:`decode_cache_traffic`).
+
+    ``attention_read``: what attention reads -- every cached position at every step, with
+    either cache; ``append_write``: the preallocated cache's one new position per step;
+    ``concat_read`` and ``concat_write``: what ``torch.cat`` reads (the old cache and the new
+    position) and writes (the whole new cache) at every step of the concatenating cache.
+    """
+
+    prompt_len: int
+    n_new: int
+    batch: int
+    attention_read: float
+    append_write: float
+    concat_read: float
+    concat_write: float
+
+    @property
+    def preallocated(self) -> float:
+        """Cache bytes the preallocated cache moves: attention's reads + one write per step."""
+        return self.attention_read + self.append_write
+
+    @property
+    def concatenating(self) -> float:
+        """Cache bytes the concatenating cache moves: attention's reads + the copy's read and
+        write (the copy writes the new position too)."""
+        return self.attention_read + self.concat_read + self.concat_write
+
+    @property
+    def ratio(self) -> float:
+        """``concatenating / preallocated``: below 3 for any length, near 3 once the context is
+        long (a constant factor, not a growing one)."""
+        return self.concatenating / self.preallocated
+
+
+def decode_cache_traffic(spec: ArchSpec, prompt_len: int, n_new: int, batch: int = 1,
+                         dtype_bytes: float = 2) -> CacheTraffic:
+    """KV-cache bytes read and written over ``n_new`` one-token decode steps after a
+    ``prompt_len``-token prefill (the prefill's own traffic excluded).
+
+    Step ``i`` (1 .. ``n_new``) appends one position and attends to ``prompt_len + i``, so
+    with ``S = n_new * prompt_len + n_new (n_new + 1) / 2`` positions in all and ``kv`` the
+    cache bytes of one position (every layer, K and V, every sequence):
+
+    * attention reads ``kv * S`` with either cache;
+    * the preallocated cache writes ``kv * n_new`` (one position per step);
+    * the concatenating cache's ``torch.cat`` reads ``kv * S`` and writes ``kv * S``
+      (:func:`gpt2k3.kv_cache.concat_copy_bytes` counts those writes).
+
+    So the concatenating cache moves ``3 S / (S + n_new)`` times the preallocated one's cache
+    bytes, never 3 or more.  Weights, activations and the allocator's own work are not counted.
+    """
+    check_spec(spec)
+    positive_int("prompt_len", prompt_len)
+    nonneg_int("n_new", n_new)
+    positive_int("batch", batch)
+    positive_bytes("dtype_bytes", dtype_bytes)
+    kv = kv_cache_bytes(spec, 1, batch, dtype_bytes)
+    positions = n_new * prompt_len + n_new * (n_new + 1) // 2
+    return CacheTraffic(prompt_len=prompt_len, n_new=n_new, batch=batch,
+                        attention_read=kv * positions, append_write=kv * n_new,
+                        concat_read=kv * positions, concat_write=kv * positions)
+
+
+__all__ += ["weights_cache_crossing", "CacheTraffic", "decode_cache_traffic"]

@@ -20,12 +20,12 @@ from .gpt2 import decode_waste, decode_waste_counts, param_breakdown  # noqa: E4
 __all__ += [  # chapter 1
     "param_breakdown", "decode_waste", "decode_waste_counts"]
 
-from .kv_cache import (cache_bound_crossover, cache_growth, decode_roofline,  # noqa: E402
-                       decode_speed, decode_step_bytes, registered_specs)
+from .kv_cache import (cache_bound_crossover, cache_growth, concat_vs_preallocated,  # noqa: E402
+                       decode_roofline, decode_speed, decode_step_bytes, registered_specs)
 
 __all__ += [  # chapter 2
     "registered_specs", "cache_growth", "decode_step_bytes", "cache_bound_crossover",
-    "decode_speed", "decode_roofline"]
+    "decode_speed", "decode_roofline", "concat_vs_preallocated"]
 
 from .linear import (crossover_n, feature_map_weights, feature_map_weights_data,  # noqa: E402
                      first_crossing, generation_totals, measured_crossover, prefill_leak,

@@ -4,8 +4,10 @@ crossover, and the measured decode speed against its roofline.
 Every byte comes from :mod:`gpt2k3.accounting`: a decode step's bytes are
 :func:`gpt2k3.accounting.weight_and_cache_bytes` (the one model of
 :func:`gpt2k3.accounting.decode_bytes`, so a batch of a mixture-of-experts model wakes more
-experts), the crossover :func:`gpt2k3.accounting.cache_bound_context`.  This module lays them
-out.
+experts), the crossover :func:`gpt2k3.accounting.cache_bound_context`, and where the
+cache-growth figure's cache line crosses the weights
+:func:`gpt2k3.accounting.decode.weights_cache_crossing`; the measured figures read
+``benchmarks/results/decode_*.json``.  This module lays them out.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from .. import archs
 from ..accounting import (STATE_DTYPE_BYTES, ArchSpec, cache_bound_context,
                           count_params, dtype_bytes, kv_cache_bytes, state_bytes,
                           weight_and_cache_bytes)
+from ..accounting.decode import weights_cache_crossing
 from ..display import fmt_bytes
 from ._style import PALETTE, Step, add_slider, style
 
 __all__ = ["registered_specs", "weight_and_cache_bytes", "cache_growth", "decode_step_bytes",
-           "cache_bound_crossover", "decode_speed", "decode_roofline", "log_grid"]
+           "cache_bound_crossover", "decode_speed", "decode_roofline", "concat_vs_preallocated",
+           "log_grid"]
 
 
 def registered_specs() -> list[ArchSpec]:
@@ -50,7 +54,9 @@ def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int]
                  dtype: str = "bf16", max_context: int = 1 << 20, active: int = 0) -> go.Figure:
     """KV-cache bytes (plus any fixed linear-attention state, float32) against context length
     (1 to ``max_context``) for a few batch sizes, next to the bytes of the model's weights; a
-    slider over models."""
+    slider over models.  Each title gives the exact context at which the batch-1 line crosses
+    the weights (:func:`gpt2k3.accounting.decode.weights_cache_crossing`, to the nearest
+    token), not a point of the plotted grid."""
     specs = list(specs) if specs is not None else registered_specs()
     if not specs:
         raise ValueError("specs must hold at least one ArchSpec")
@@ -79,10 +85,10 @@ def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int]
         total_w = count_params(spec).total * nbytes
         ys.append([total_w] * len(ctx))
         texts.append([fmt_bytes(total_w)] * len(ctx))
-        cross = cache_bound_context(spec, 1, nbytes, nbytes)
-        where = (f"batch-1 cache outweighs the weights read per step from "
-                 f"{math.ceil(cross):,} tokens" if cross <= ctx[-1] else
-                 "batch-1 cache stays below the weights read per step up to this context")
+        cross = weights_cache_crossing(spec, 1, nbytes, nbytes)
+        where = (f"batch-1 cache outweighs the weights beyond {cross:,.0f} tokens"
+                 if cross <= ctx[-1] else
+                 "batch-1 cache stays below the weights up to this context")
         steps.append(Step(label=spec.name, data={"x": [ctx] * len(ys), "y": ys, "text": texts},
                           layout={"title.text": f"{spec.name}, {dtype} cache:<br>{where}"}))
     return add_slider(fig, steps, prefix="model: ", active=active)
@@ -207,6 +213,43 @@ def decode_roofline(results: Mapping[str, Mapping]) -> go.Figure:
                                  hovertemplate="N=%{x:,}: %{y:.2f} ms<extra>bytes / bandwidth</extra>"))
     style(fig, title="One decode step of a GPT-2-small-shaped model against a filled KV cache",
           x_title="cached context N (tokens, log scale)", y_title="time per decode step (ms, log scale)")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def concat_vs_preallocated(result: Mapping) -> go.Figure:
+    """The long-context sweep of ``benchmarks/decode.py --concat-sweep`` (a
+    ``decode_concat_*.json`` result): measured time of one decode step with the concatenating
+    and the preallocated cache against the cached context (markers; the hover gives the
+    ratio measured side by side), beside what each step's bytes -- weights and cache traffic,
+    :func:`gpt2k3.accounting.decode.decode_cache_traffic` -- take at the measured read
+    bandwidth (dotted)."""
+    rows = result.get("rows") if isinstance(result, Mapping) else None
+    if not rows:
+        raise ValueError("result must be a decode_concat_*.json result with at least one row")
+    kinds = ("preallocated cache", "concatenating cache")
+    x = [row["context"] for row in rows]
+    fig = go.Figure()
+    for i, kind in enumerate(kinds):
+        color = PALETTE[0] if i == 0 else PALETTE[5]
+        fig.add_trace(go.Scatter(
+            x=x, y=[1e3 * row["seconds_per_step"][kind] for row in rows], mode="lines+markers",
+            marker=dict(size=9, color=color), line=dict(color=color), name=f"{kind}, measured",
+            customdata=[[row["ratio"], row["traffic_ratio"]] for row in rows],
+            hovertemplate=("N=%{x:,}: %{y:.1f} ms per step; concatenating / preallocated "
+                           "%{customdata[0]:.1f}x measured, %{customdata[1]:.2f}x in cache bytes"
+                           "<extra>" + kind + "</extra>")))
+        fig.add_trace(go.Scatter(
+            x=x, y=[1e3 * row["roofline_seconds"][kind] for row in rows], mode="lines",
+            line=dict(color=color, dash="dot"), name=f"{kind}, bytes / bandwidth",
+            hovertemplate="N=%{x:,}: %{y:.2f} ms<extra>bytes / bandwidth</extra>"))
+    m, model = result["machine"], result["model"]
+    style(fig, title=(f"{model['n_layer']} layers × {model['n_embd']} wide, vocabulary "
+                      f"{model['vocab_size']}, {result['config']['dtype']}, "
+                      f"{m['torch_threads']} thread(s) on {m.get('gpu', m['cpu'])}"),
+          x_title="cached context N (tokens, log scale)",
+          y_title="time per decode step (ms, log scale)")
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig
