@@ -17,3 +17,12 @@ if [ "$(cat .venv/.installed 2>/dev/null || true)" != "$want" ]; then
     python -m pip install -q -r requirements.txt
     echo "$want" > .venv/.installed
 fi
+# Chapter 11's corpus: the King James Bible, printed by Debian's `bible` program (package
+# bible-kjv, which pulls in bible-kjv-text).  Installed like chromium in test.sh.
+if ! command -v bible >/dev/null 2>&1; then
+    echo "==> installing Debian's bible-kjv (the King James Bible, chapter 11's corpus)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bible-kjv >/dev/null
+fi

@@ -81,3 +81,10 @@ from .recall import (recall_accuracy, recall_loss_curves, recall_run,  # noqa: E
 
 __all__ += [  # chapter 10
     "recall_accuracy", "recall_loss_curves", "recall_run", "recall_summary", "recall_table"]
+
+from .text import (text_curves, text_memory, text_models_table, text_position_loss,  # noqa: E402
+                   text_run, text_samples_html, text_summary, text_table)
+
+__all__ += [  # chapter 11
+    "text_summary", "text_table", "text_models_table", "text_curves", "text_position_loss",
+    "text_memory", "text_samples_html", "text_run"]

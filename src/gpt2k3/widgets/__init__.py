@@ -48,3 +48,7 @@ __all__ += ["k3_explorer"]  # chapter 9
 from .recall import train_explorer  # noqa: E402
 
 __all__ += ["train_explorer"]  # chapter 10
+
+from .text import sample_explorer, text_results_explorer, text_train_explorer  # noqa: E402
+
+__all__ += ["text_results_explorer", "sample_explorer", "text_train_explorer"]  # chapter 11
