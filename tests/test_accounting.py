@@ -683,3 +683,89 @@ def test_expert_bytes_default_to_the_weight_format():
     assert plan.n_devices <= serving_plan(s, 32768, 16, tp=8).n_devices
     r = plan_roofline(s, plan, 32768, 16, expert_bytes=0.5)
     assert r.bytes_per_step < plan_roofline(s, plan, 32768, 16).bytes_per_step
+
+
+# ------------------------------------------------------------------ the busiest device (ch. 9)
+
+
+def test_distinct_experts_distribution_has_the_closed_form_mean():
+    from gpt2k3.accounting.decode import expected_distinct_experts
+    from gpt2k3.accounting.serving import _distinct_experts_distribution as distinct_experts_distribution
+    for e, k, b in ((896, 16, 1), (896, 16, 64), (8, 2, 3), (5, 5, 2)):
+        p = distinct_experts_distribution(e, k, b)
+        assert sum(p) == pytest.approx(1.0, abs=1e-9)
+        mean = sum(d * q for d, q in enumerate(p))
+        assert mean == pytest.approx(expected_distinct_experts(e, k, b), rel=1e-9)
+    assert distinct_experts_distribution(896, 16, 1)[16] == pytest.approx(1.0)
+
+
+def test_expected_busiest_experts_exact_small_cases():
+    from itertools import combinations, product
+    from gpt2k3.accounting.serving import _busiest_experts as expected_busiest_experts
+    # 8 experts on 4 devices, one token picks 2: both land on one device with chance 4/28
+    assert expected_busiest_experts(8, 2, 1, 4) == pytest.approx(1 + 4 / 28, rel=1e-9)
+    # brute force over every routing of 2 tokens, 7 experts on 3 devices (3, 2, 2)
+    owner = [0, 0, 0, 1, 1, 2, 2]
+    picks = list(combinations(range(7), 3))
+    total = 0
+    for a, b in product(picks, repeat=2):
+        load = [0, 0, 0]
+        for x in set(a) | set(b):
+            load[owner[x]] += 1
+        total += max(load)
+    assert expected_busiest_experts(7, 3, 2, 3) == pytest.approx(total / len(picks) ** 2,
+                                                                 rel=1e-9)
+
+
+def test_expected_busiest_experts_matches_sampling_and_bounds():
+    from gpt2k3.accounting.decode import expected_distinct_experts
+    from gpt2k3.accounting.serving import _busiest_experts as expected_busiest_experts
+    from gpt2k3.accounting.serving import _busiest_experts_sampled as expected_busiest_experts_sampled
+    for e, k, b, n in ((896, 16, 1, 56), (896, 16, 64, 176), (64, 6, 4, 8)):
+        exact = expected_busiest_experts(e, k, b, n)
+        sampled = expected_busiest_experts_sampled(e, k, b, n, trials=300, seed=1)
+        assert exact == pytest.approx(sampled, abs=0.15)
+        mean = expected_distinct_experts(e, k, b) / n
+        assert mean <= exact <= -(-e // n)
+    # one device: the busiest is everyone; every expert picked: each device is full
+    assert expected_busiest_experts(896, 16, 8, 1) == pytest.approx(
+        expected_distinct_experts(896, 16, 8), rel=1e-9)
+    assert expected_busiest_experts(896, 16, 4096, 56) == pytest.approx(16.0, rel=1e-9)
+    # Kimi K3 at batch 1 on 56 devices: about 2 experts, seven times the mean load
+    assert expected_busiest_experts(896, 16, 1, 56) == pytest.approx(2.02, abs=0.01)
+    for bad in (dict(n_experts=0), dict(top_k=0), dict(top_k=900), dict(batch=0),
+                dict(n_devices=0), dict(n_devices=1.5)):
+        args = {**dict(n_experts=896, top_k=16, batch=1, n_devices=56), **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            expected_busiest_experts(**args)
+    with pytest.raises(ValueError, match="trials"):
+        expected_busiest_experts_sampled(8, 2, 1, 4, trials=0)
+    # the public, spec-based forms
+    from gpt2k3.accounting import serving
+    from gpt2k3.archs import KIMI_K3
+    assert serving.expected_busiest_experts(KIMI_K3, 1, 56) == expected_busiest_experts(896, 16, 1, 56)
+    assert serving.expected_busiest_experts_sampled(KIMI_K3, 1, 56, trials=200) == pytest.approx(
+        serving.expected_busiest_experts(KIMI_K3, 1, 56), abs=0.2)
+    assert serving.expected_busiest_experts(GPT2_SMALL, 8, 4) == 0.0
+    for bad in (dict(batch=0), dict(n_devices=0), dict(spec=None)):
+        args = {**dict(spec=KIMI_K3, batch=1, n_devices=56), **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            serving.expected_busiest_experts(**args)
+    with pytest.raises(ValueError, match="seed"):
+        serving.expected_busiest_experts_sampled(KIMI_K3, seed=1.5)
+
+
+def test_plan_roofline_reads_the_busiest_devices_experts():
+    from gpt2k3.accounting.serving import expected_busiest_experts
+    from gpt2k3.archs import KIMI_K3
+    s, n_ctx = KIMI_K3, 1 << 20
+    plan = serving_plan(s, n_ctx, 1, tp=8)
+    got = plan_roofline(s, plan, n_ctx, 1)
+    c = count_params(s)
+    shared = (c.total - c.detail["routed experts"]) * 2 / 8
+    busiest = expected_busiest_experts(s, 1, plan.n_devices)
+    experts = s.n_moe_layers * busiest * s.expert_params * 2
+    # the rest of what the device reads: its share of the always-read weights and the cache
+    assert got.bytes_per_step > experts + kv_cache_bytes(s, n_ctx) + 0.9 * shared
+    mean = s.n_moe_layers * plan.experts_per_device * s.top_k / s.n_routed_experts
+    assert busiest * s.n_moe_layers > 5 * mean

@@ -37,8 +37,9 @@ embeddings, attention and linear-attention layers, dense MLPs, the router, the s
 ``top_k`` routed experts per MoE layer, the norms and the head.  For a dense model it equals the
 total.  The tests check it against the modules of the meta-device models.  The published
 "activated" headlines (DeepSeek-V3 37B, Kimi K2 32B, Kimi Linear 3B) match this count *minus*
-the token-embedding table (36.6B, 31.7B, 3.1B), although DeepSeek's weight documentation says
-its 36.7B includes the embedding; the book keeps the table in and says so
+the token-embedding table (36.6B, 31.7B, 3.1B), which is the convention DeepSeek's weight
+documentation (``README_WEIGHTS.md``) states: 36.6B activated "including 0.9B for the output
+Head", no embedding.  The book keeps the table in and says so
 (:attr:`ParamCount.active_without_embedding` is the published convention).  Kimi K3 follows
 the same rule: its technical report's 104.2B activated (Table 1) is this count minus the
 token-embedding table, 104,189,530,208, with the untied head, the norms, the Attention-Residual
@@ -94,9 +95,10 @@ from .memory import (hybrid_cache_bytes, kv_cache_bytes, kv_numbers_per_layer,
 from .params import (COMPONENTS, DETAIL_COMPONENTS, PART_COMPONENTS, PART_OF_DETAIL, ParamCount,
                      checkpoint_bytes, count_params, mtp_params, packed_bytes_per_weight,
                      stored_elements)
-from .serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed, hybrid_speedups,
-                      max_batch, plan_roofline, roofline, roofline_band, serving_memory,
-                      serving_plan, tpot_readings, weight_format)
+from .serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed,
+                      expected_busiest_experts, expected_busiest_experts_sampled,
+                      hybrid_speedups, max_batch, plan_roofline, roofline, roofline_band,
+                      serving_memory, serving_plan, tpot_readings, weight_format)
 from .spec import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, VisionTower,
                    full_attention, hybrid_layers, hybrid_spec, kda_layers_from_full_attn,
                    ratio_label)
@@ -124,7 +126,8 @@ __all__ = [
     "Hardware", "H200", "H200_MEASURED", "H200_BAND", "H200_DATASHEET", "H200_MEASUREMENTS",
     "serving_memory", "devices_needed", "max_batch", "Roofline", "roofline", "roofline_band",
     "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline", "WEIGHT_FORMATS",
-    "weight_format", "tpot_readings",
+    "weight_format", "tpot_readings", "expected_busiest_experts",
+    "expected_busiest_experts_sampled",
     # units
     "DTYPE_BYTES", "STATE_DTYPE_BYTES", "dtype_bytes",
 ]

@@ -74,6 +74,11 @@ H200_MEASUREMENTS = {
     "decode_read_bandwidth": 4.552299559015398e12,   # SDPA decode step, 1M-token bf16 cache
     "decode_context": 1048576, "decode_batch": 1, "decode_heads": 32, "decode_head_dim": 128,
     "decode_ms": 3.773888111114502,
+    # the same file's MLA decode step at N=1048576, B=1: one layer's latent (576 numbers a token,
+    # bf16), read at 0.60 TB/s.  The file does not record which
+    # kernel produced it, so the book reports it but does not use it as a bandwidth.
+    "mla_decode_read_bandwidth": 0.6047538668438248e12,
+    "mla_decode_ms": 1.997439980506897,
     "file": "h200_anchor_2026-11-29.json",
     "source": ("measured on one NVIDIA H200, 2026-11-29 (benchmarks/results/"
                "h200_anchor_2026-11-29.json: copy_TBps; decode[N=1048576, B=1].mha_TBps)"),

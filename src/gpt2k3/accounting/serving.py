@@ -6,7 +6,8 @@
 :func:`roofline_band` computes it at both ends of :data:`~gpt2k3.accounting.H200_BAND`
 (datasheet and measured bandwidth); :func:`hybrid_speedups` sets a hybrid against its
 all-attention variant; :func:`serving_plan` lays a model out over devices by tensor and expert
-parallelism, and :func:`plan_roofline` times a step by the plan's busiest device.
+parallelism, and :func:`plan_roofline` times a step by the plan's busiest device
+(:func:`expected_busiest_experts`: the expected most-loaded device of each MoE layer).
 
 Weights are stored in ``weight_bytes`` per number; every function also takes
 ``expert_bytes``, the bytes per number of the routed experts when they are stored in another
@@ -25,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._checks import byte_sizes, is_int, nonneg_int, positive_bytes
+from ._checks import byte_sizes, is_int, nonneg_int, positive_bytes, positive_int
 from .spec import check_spec
 from .decode import decode_bytes, expected_distinct_experts, weights_read_per_step
 from .flops import flops_per_token
@@ -37,7 +38,8 @@ from .units import DTYPE_BYTES, STATE_DTYPE_BYTES
 
 __all__ = ["serving_memory", "devices_needed", "max_batch", "Roofline", "roofline",
            "roofline_band", "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline",
-           "WEIGHT_FORMATS", "weight_format", "tpot_readings"]
+           "WEIGHT_FORMATS", "weight_format", "tpot_readings", "expected_busiest_experts",
+           "expected_busiest_experts_sampled"]
 
 #: Weight formats as ``(weight_bytes, expert_bytes)``: bytes per number of every weight, and
 #: of the routed experts (``None``: the same).  ``"mxfp4"`` is the released Kimi K3
@@ -449,6 +451,165 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
     return layout(lo * tp)
 
 
+def _log_factorials(n: int):
+    import numpy as np
+    out = np.zeros(n + 1)
+    if n:
+        out[1:] = np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))
+    return out
+
+
+def _hypergeom(lf, pop: int, good, draws, j):
+    """P(j of ``good`` marked among ``draws`` drawn without replacement from ``pop``), element-
+    wise over numpy arrays; 0 where impossible."""
+    import numpy as np
+    good, draws, j = np.broadcast_arrays(np.asarray(good), np.asarray(draws), np.asarray(j))
+    ok = (j >= 0) & (j <= good) & (draws - j >= 0) & (draws - j <= pop - good) & (draws <= pop)
+    g, d, k = (np.where(ok, a, 0) for a in (good, draws, j))
+    logp = (lf[g] - lf[k] - lf[g - k] + lf[pop - g] - lf[d - k] - lf[pop - g - d + k]
+            - lf[pop] + lf[d] + lf[pop - d])
+    return np.where(ok, np.exp(logp), 0.0)
+
+
+def _distinct_experts_distribution(n_experts: int, top_k: int, batch: int) -> list[float]:
+    """The distribution of the number of distinct experts ``batch`` tokens touch in one MoE
+    layer (each token picks ``top_k`` of ``n_experts`` uniformly, without repeats, independently
+    of the others): element ``d`` is the probability of exactly ``d``.  Its mean is
+    :func:`~gpt2k3.accounting.decode.expected_distinct_experts`."""
+    import numpy as np
+    positive_int("n_experts", n_experts)
+    if not is_int(top_k) or not 1 <= top_k <= n_experts:
+        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
+    positive_int("batch", batch)
+    lf = _log_factorials(n_experts)
+    u = np.arange(n_experts + 1)
+    # one token at a time: from u distinct so far, its top_k picks add j new ones
+    steps = [_hypergeom(lf, n_experts, n_experts - u, top_k, j) for j in range(top_k + 1)]
+    p = np.zeros(n_experts + 1)
+    p[0] = 1.0
+    for _ in range(batch):
+        q = np.zeros_like(p)
+        for j, w in enumerate(steps):
+            q[j:] += (p * w)[:n_experts + 1 - j]
+        p = q
+        if p[n_experts] >= 1.0:  # every expert already touched: nothing left to change
+            break
+    return [float(x) for x in p]
+
+
+def _busiest_experts(n_experts: int, top_k: int, batch: int, n_devices: int) -> float:
+    """Expected number of distinct picked experts on the *busiest* device of one MoE layer.
+
+    The ``n_experts`` routed experts of a layer are spread as evenly as they go over
+    ``n_devices`` devices (``ceil(E/n)`` on the fullest), and ``batch`` tokens each pick
+    ``top_k`` of them uniformly and independently (the model of
+    :func:`~gpt2k3.accounting.decode.expected_distinct_experts`).  A device reads the experts
+    of its own that anybody picked; the layer waits for the device with the most.  This returns
+    ``E[max over devices]``, computed exactly (no sampling): by symmetry the ``D`` distinct
+    experts the batch touches are a uniformly random ``D``-subset
+    (:func:`_distinct_experts_distribution` gives ``D``'s law), and the chance that no device
+    holds more than ``m`` of a uniform subset follows device by device from hypergeometric
+    draws.  It is at least the mean load ``ceil(E/n) (1 - (1 - k/E)^B)`` for equal shares and
+    at most ``ceil(E/n)``.
+    """
+    import numpy as np
+    positive_int("n_experts", n_experts)
+    if not is_int(top_k) or not 1 <= top_k <= n_experts:
+        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
+    positive_int("batch", batch)
+    positive_int("n_devices", n_devices)
+    dist = np.asarray(_distinct_experts_distribution(n_experts, top_k, batch))
+    d_all = np.arange(n_experts + 1)
+    if n_devices == 1:
+        return float(dist @ d_all)
+    base, extra = divmod(n_experts, n_devices)
+    sizes = [base + 1] * extra + [base] * (n_devices - extra)
+    sizes = [s for s in sizes if s]
+    g = max(sizes)
+    lf = _log_factorials(n_experts)
+    m = np.arange(g + 1)[:, None]          # the cap: P(every device holds <= m)
+    # f[m, r]: P(the devices not yet placed all hold <= m | r of the subset lie among them)
+    f = np.zeros((g + 1, 1))
+    f[:, 0] = 1.0
+    pop = 0
+    for size in reversed(sizes):
+        pop += size
+        r = np.arange(pop + 1)[None, :]
+        new = np.zeros((g + 1, pop + 1))
+        for j in range(size + 1):
+            w = _hypergeom(lf, pop, size, r, j)       # j of the r on this device
+            prev = r - j
+            valid = (prev >= 0) & (prev <= pop - size)
+            rest = np.where(valid, f[:, np.clip(prev[0], 0, pop - size)], 0.0)
+            new += np.where(j <= m, w * rest, 0.0)
+        f = new
+    below = dist @ np.clip(f, 0.0, 1.0).T                 # P(max <= m), m = 0..g
+    return float(np.sum(1.0 - below[:g]))
+
+
+def _busiest_experts_sampled(n_experts: int, top_k: int, batch: int, n_devices: int,
+                             trials: int = 2000, seed: int = 0) -> float:
+    """The reference form of :func:`_busiest_experts`: route ``batch`` tokens
+    ``trials`` times with a seeded generator and average the busiest device's count (for the
+    tests; its result carries sampling error)."""
+    import random
+    positive_int("n_experts", n_experts)
+    if not is_int(top_k) or not 1 <= top_k <= n_experts:
+        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
+    positive_int("batch", batch)
+    positive_int("n_devices", n_devices)
+    positive_int("trials", trials)
+    base, extra = divmod(n_experts, n_devices)
+    owner = []
+    for dev in range(n_devices):
+        size = base + (dev < extra)
+        owner += [dev] * size
+    rng = random.Random(seed)
+    total = 0
+    for _ in range(trials):
+        picked = set()
+        for _ in range(batch):
+            picked.update(rng.sample(range(n_experts), top_k))
+        load = [0] * n_devices
+        for x in picked:
+            load[owner[x]] += 1
+        total += max(load)
+    return total / trials
+
+
+def expected_busiest_experts(spec: ArchSpec, batch: int = 1, n_devices: int = 1) -> float:
+    """Expected number of picked routed experts on the busiest of ``n_devices`` devices in one
+    MoE layer of ``spec``, when ``batch`` tokens each pick ``top_k`` of ``n_routed_experts``
+    uniformly and independently and the experts are spread as evenly as they go over the
+    devices (``ceil(E/n)`` on the fullest): ``E[max over devices]``, computed exactly (see
+    :func:`_busiest_experts`).  A layer waits for its most loaded device, so this, not the mean
+    load ``ceil(E/n) (1 - (1 - k/E)^batch)``, is what :func:`plan_roofline` charges.  0.0 for a
+    model without routed experts."""
+    check_spec(spec)
+    positive_int("batch", batch)
+    positive_int("n_devices", n_devices)
+    if not spec.is_moe:
+        return 0.0
+    return _busiest_experts(spec.n_routed_experts, spec.top_k, batch, n_devices)
+
+
+def expected_busiest_experts_sampled(spec: ArchSpec, batch: int = 1, n_devices: int = 1,
+                                     trials: int = 2000, seed: int = 0) -> float:
+    """The reference form of :func:`expected_busiest_experts`: ``trials`` routings of the
+    batch drawn with ``random.Random(seed)``, the busiest device's count averaged (carries
+    sampling error; for the tests)."""
+    check_spec(spec)
+    positive_int("batch", batch)
+    positive_int("n_devices", n_devices)
+    positive_int("trials", trials)
+    if not is_int(seed):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+    if not spec.is_moe:
+        return 0.0
+    return _busiest_experts_sampled(spec.n_routed_experts, spec.top_k, batch, n_devices,
+                                    trials, seed)
+
+
 def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: int,
                   hardware: Hardware = None, weight_bytes: float = 2, cache_bytes: float = 2,
                   state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True,
@@ -461,12 +622,16 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     device that serves the fullest group (``plan.sequences_per_group`` sequences) reads
 
     * its ``1/tp`` share of the shared weights those sequences need,
-    * its experts that any of the ``batch`` tokens picked (uniform, independent routing: each
-      of its ``ceil(E/n)`` experts per layer with probability ``1 - (1 - k/E)^batch``),
+    * in every MoE layer, the experts any of the ``batch`` tokens picked on the *busiest*
+      device of that layer (uniform, independent routing): a layer waits for its most loaded
+      device, so this is :func:`expected_busiest_experts`, not the mean load
+      ``ceil(E/n) (1 - (1 - k/E)^batch)`` (at batch 1 on 56 devices holding 16 experts each,
+      about 2.0 experts against a mean of 0.29),
     * the caches and states of its group's sequences (an MLA latent whole, MHA/GQA caches and
       KDA states by head),
 
-    and does the matching FLOPs (attention split by head).  The returned :class:`Roofline`
+    and does the matching FLOPs (attention split by head; the expert FLOPs are the device's
+    mean share, since a step at these batches is memory-bound).  The returned :class:`Roofline`
     describes that device (``n_devices=1``); its ``step_s`` is the step time of the whole
     deployment and ``per_token_s`` divides it by ``batch``.  Communication is still ignored.
     """
@@ -500,8 +665,8 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     touched_all = (expected_distinct_experts(spec.n_routed_experts, spec.top_k, seqs)
                    if spec.is_moe else 0.0)
     shared_read = weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
-    picked = 1 - (1 - spec.top_k / spec.n_routed_experts) ** batch if spec.is_moe else 0.0
-    experts_read = plan.experts_per_device * picked * expert_layers
+    busiest = expected_busiest_experts(spec, batch, n)
+    experts_read = busiest * expert_layers
     moved = shared_read * weight_bytes / tp + experts_read + seqs * (cache + 2 * state)
     # FLOPs: the group's tokens through the shared matmuls (split tp ways), the device's share
     # of all tokens' expert work, and attention / state updates split by head.
