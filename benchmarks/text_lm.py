@@ -53,6 +53,9 @@ def main(argv=None) -> Path:
                    help="torch threads (default 1: as fast for models this small, and on a shared "
                         "machine a second thread spin-waits)")
     p.add_argument("--out", default=None, help="results file name (default text_lm.json / text_lm_quick.json)")
+    p.add_argument("--baselines", action="store_true",
+                   help="only (re)compute the n-gram tables on the evaluation bytes into the "
+                        "results file (seconds; no training)")
     p.add_argument("--update", action="store_true",
                    help="rerun only --mixers and replace their runs in the existing results file "
                         "(its other runs, settings and machine are kept; the settings must match)")
@@ -72,6 +75,17 @@ def main(argv=None) -> Path:
     sample_args = SAMPLE
 
     data = text.kjv_data()
+    if args.baselines:  # the n-gram tables on the models' evaluation bytes, stored for the chapter
+        results = json.loads((RESULTS / name).read_text())
+        ranges = {"inside": (model.context // 2, model.context),
+                  "beyond": (model.max_context // 2, model.max_context)}
+        results["eval_baselines"] = {
+            **text_lm.eval_ngram_baselines(data, model, TextTrainConfig(**results["config"]["train"]),
+                                           ranges),
+            "ranges": {k: list(v) for k, v in ranges.items()}}
+        path = write(name, results)
+        print(f"wrote eval_baselines into {path}")
+        return path
     bins = {n: text_lm.position_bins(n) for n in model.lengths}
     try:
         niceness = os.nice(0)

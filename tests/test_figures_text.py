@@ -164,7 +164,9 @@ def test_models_table_and_position_means(data):
     headers, rows = figs.text_models_table({**data, "models": models})
     assert [r[1] for r in rows] == ["softmax × 4", "DeltaNet × 4", "KDA, KDA, KDA, softmax"]
     assert rows[0][2] == "learned table" and rows[1][2] == "none (NoPE)"
-    assert rows[0][3] == str(4 * TINY.d_model)
+    assert rows[0][4] == str(4 * TINY.d_model)
+    assert headers[3] == "short convolution" and rows[0][3] == "none"
+    assert rows[1][3] == figs.MIXER_CONV["deltanet"] and "shared" in figs.MIXER_CONV["softmax_conv"]
     with pytest.raises(ValueError, match="missing"):
         figs.text_models_table(data)
     runs = [r for r in data["runs"] if r["mixer"] == "deltanet"]
@@ -176,3 +178,48 @@ def test_models_table_and_position_means(data):
     assert figs.position_mean(data, "deltanet", 32, 16, 32) == pytest.approx(want)
     with pytest.raises(ValueError, match="no per-position loss"):
         figs.position_mean(data, "softmax", 128, 0, 128)
+
+
+def _restart_data(pos, short, long, mixer="deltanet"):
+    bins = [[0, 1], [1, 2], [2, 4], [4, 8]]
+    return {"config": {"mixers": [mixer], "lengths": [8, 16], "model": {"context": 8},
+                       "bins": {"8": bins}},
+            "runs": [{"mixer": mixer, "seed": 0, "length_bits": {"8": short, "16": long},
+                      "position_bits": {"8": pos}, "tokens_per_second": 1.0}]}
+
+
+def test_restart_effect_by_hand():
+    # positions 0, 1 cost 4 and 3 bits, the rest 2: with head 2, q = 2, and one of the two short
+    # windows no longer restarts: restart = -(1/2) * ((4 - 2) + (3 - 2)) / 8
+    d = _restart_data([4.0, 3.0, 2.0, 2.0], short=2.375, long=2.5)
+    r = figs.restart_effect(d, head=2)["deltanet"]
+    assert r["restart"]["mean"] == pytest.approx(-3 / 16)
+    assert r["measured"]["mean"] == pytest.approx(0.125)
+    assert r["adjusted"]["mean"] == pytest.approx(0.125 + 3 / 16)
+    # a model whose level is the same everywhere has no restart effect
+    flat = figs.restart_effect(_restart_data([2.0] * 4, 2.0, 2.0), head=4)["deltanet"]
+    assert flat["restart"]["mean"] == 0 and flat["adjusted"]["mean"] == 0
+    # a model that cannot run at the length is left out
+    assert figs.restart_effect(_restart_data([2.0] * 4, 2.0, None), head=2) == {}
+    with pytest.raises(ValueError, match="head"):
+        figs.restart_effect(d, head=3)  # not a bin edge
+    with pytest.raises(ValueError, match="length"):
+        figs.restart_effect(d, length=8)
+
+
+def test_restart_effect_on_the_stored_results():
+    stored = results.load("text_lm.json")
+    r = figs.restart_effect(stored)
+    assert "softmax" not in r  # GPT-2 cannot run at 8x
+    for m, v in r.items():  # fewer restarts only ever help
+        assert v["restart"]["max"] <= 0, m
+
+
+def test_throughput_sessions():
+    d = _restart_data([2.0] * 4, 2.0, 2.0)
+    d["runs"].append({**d["runs"][0], "mixer": "k3", "seed": 0, "tokens_per_second": 5.0})
+    d["config"]["mixers"].append("k3")
+    d["updates"] = [{"mixers": ["k3"], "machine": {"load_average_1min_now": 3.5}}]
+    s = figs.throughput_sessions(d)
+    assert s["main"] == {"deltanet": {0: 1.0}} and s["rerun"] == {"k3": {0: 5.0}}
+    assert s["load"]["rerun"] == [3.5]

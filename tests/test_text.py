@@ -244,3 +244,29 @@ def test_ngram_baselines_by_hand():
         text.ngram_bits(train, val, 0)
     with pytest.raises(ValueError, match="alpha"):
         text.ngram_bits(train, val, 1, 0)
+
+
+def test_ngram_window_bits_equals_the_tables_on_each_window():
+    """Reference: ngram_bits on each window's own bytes, averaged (every window scores as many
+    targets); the fast form counts the table once."""
+    train = text.encode("In the beginning God created the heaven and the earth. " * 8, torch.uint8)
+    val = text.encode("And God said, Let there be light: and there was light. " * 4, torch.uint8)
+    windows = text.eval_windows(val, 16, 5)
+    rows = torch.cat([windows[0][:, :1], windows[1]], dim=1)
+    for order in (1, 2, 3):
+        ref = sum(text.ngram_bits(train, row, order) for row in rows) / rows.shape[0]
+        assert text.ngram_window_bits(train, windows, order) == pytest.approx(ref, rel=1e-12)
+    # one window covering the whole stream is ngram_bits on the stream
+    whole = text.eval_windows(val, val.numel() - 1, 1)
+    assert text.ngram_window_bits(train, whole, 2) == pytest.approx(text.ngram_bits(train, val, 2))
+    x, y = windows
+    with pytest.raises(ValueError, match="order"):
+        text.ngram_window_bits(train, windows, 5)
+    with pytest.raises(ValueError, match="alpha"):
+        text.ngram_window_bits(train, windows, 2, alpha=-1)
+    with pytest.raises(ValueError, match="windows"):
+        text.ngram_window_bits(train, (x, x), 2)  # y is not x shifted
+    with pytest.raises(ValueError, match="windows"):
+        text.ngram_window_bits(train, x, 2)
+    with pytest.raises(ValueError, match="train"):
+        text.ngram_window_bits(train.float(), windows, 2)

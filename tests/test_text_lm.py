@@ -274,3 +274,43 @@ def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
 def test_bad_arguments_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_scale_ratios():
+    r = text_lm.scale_ratios(1000, 10, {"p": {"params": 2e6, "active": 1e5, "tokens": 1e3}})
+    assert r == {"p": {"params": 2000.0, "active": 100.0, "tokens": 100.0}}
+    default = text_lm.scale_ratios(858_880, 614_400)
+    assert set(default) == set(text_lm.PUBLISHED_SCALE)
+    assert 1_000 < default["deltanet"]["params"] < 2_000
+    assert default["kimi_linear"]["active"] < default["kimi_linear"]["params"]
+    with pytest.raises(ValueError, match="params"):
+        text_lm.scale_ratios(0, 10)
+    with pytest.raises(ValueError, match="tokens"):
+        text_lm.scale_ratios(10, True)
+    with pytest.raises(ValueError, match="published"):
+        text_lm.scale_ratios(10, 10, {"p": {"params": 1}})
+    with pytest.raises(ValueError, match="published"):
+        text_lm.scale_ratios(10, 10, {"p": {"params": 1, "active": float("nan"), "tokens": 1}})
+    with pytest.raises(ValueError, match="published"):
+        text_lm.scale_ratios(10, 10, {})
+
+
+def test_eval_ngram_baselines_score_the_evaluation_windows():
+    """The stored n-gram baselines are ngram_window_bits on the final evaluation's windows."""
+    from types import SimpleNamespace
+
+    data = SimpleNamespace(train=CORPUS[0], validation=CORPUS[1])
+    out = text_lm.eval_ngram_baselines(data, TINY, TRAIN, {"head": (0, 16), "tail": (64, 128)})
+    win = text.eval_windows(CORPUS[1], TINY.max_context, TRAIN.eval_windows)
+    assert out["bigram_eval"] == round(text.ngram_window_bits(CORPUS[0], win, 2), 4)
+    part = (win[0][:, 64:128], win[1][:, 64:128])
+    assert out["ng3_tail"] == round(text.ngram_window_bits(CORPUS[0], part, 3), 4)
+    assert set(out) == {"bigram_eval", "trigram_eval", "ng2_head", "ng3_head", "ng2_tail", "ng3_tail"}
+    with pytest.raises(ValueError, match="ranges"):
+        text_lm.eval_ngram_baselines(data, TINY, TRAIN, {"bad": (0, TINY.max_context + 1)})
+
+
+def test_the_results_hold_the_evaluation_baselines():
+    stored = results.load("text_lm.json")["eval_baselines"]
+    assert stored["bigram_eval"] > stored["trigram_eval"] > 0
+    assert set(stored["ranges"]) == {"inside", "beyond"}

@@ -62,7 +62,8 @@ import torch
 __all__ = ["BIBLE_PROGRAM", "KJV_RANGE", "INSTALL_HINT", "BOOKS", "OLD_TESTAMENT", "NEW_TESTAMENT",
            "VALIDATION_BOOKS", "VOCAB_SIZE", "Book", "Split", "KJVData", "find_bible", "dump_kjv",
            "parse_bible", "load_kjv", "split_books", "join_books", "encode", "decode",
-           "kjv_data", "sample_batch", "eval_windows", "corpus_stats", "ngram_bits"]
+           "kjv_data", "sample_batch", "eval_windows", "corpus_stats", "ngram_bits",
+           "ngram_window_bits"]
 
 #: The program that prints the text (Debian package ``bible-kjv``).
 BIBLE_PROGRAM = "bible"
@@ -399,6 +400,12 @@ def ngram_bits(train: torch.Tensor, validation: torch.Tensor, order: int, alpha:
         if d.numel() < order:
             raise ValueError(f"{name} holds {d.numel()} bytes, fewer than order = {order}")
 
+    return _ngram_score(train, _keys(validation, order), order, alpha)
+
+
+def _ngram_score(train: torch.Tensor, val: torch.Tensor, order: int, alpha: float) -> float:
+    """Mean bits of the ``order``-byte keys ``val`` under the add-``alpha`` table of ``train``."""
+
     def counts(keys):
         values, n = torch.unique(keys, return_counts=True)
         return values, n.double()
@@ -411,7 +418,39 @@ def ngram_bits(train: torch.Tensor, validation: torch.Tensor, order: int, alpha:
     ctx_keys = _keys(train[:-1], order - 1) if order > 1 else torch.zeros(1, dtype=torch.long)
     ctx, ctx_n = counts(ctx_keys) if order > 1 else (ctx_keys, torch.tensor([float(train.numel())],
                                                                               dtype=torch.float64))
-    val = _keys(validation, order)
     val_ctx = val // VOCAB_SIZE if order > 1 else torch.zeros_like(val)
     p = (lookup(full, full_n, val) + alpha) / (lookup(ctx, ctx_n, val_ctx) + VOCAB_SIZE * alpha)
     return float(-torch.log2(p).mean())
+
+
+def ngram_window_bits(train: torch.Tensor, windows: tuple[torch.Tensor, torch.Tensor], order: int,
+                      alpha: float = 0.01) -> float:
+    """:func:`ngram_bits` scored on the targets of evaluation windows (:func:`eval_windows`), the
+    bytes the models are scored on, rather than on the whole validation stream.
+
+    ``windows`` is ``(x, y)``, each ``(N, L)``, with ``y`` the bytes after ``x``. Each window's
+    bytes ``x[:, 0], y[:, 0], ..., y[:, -1]`` are one row; its targets are scored from the
+    ``order``-th byte of the row on, given the ``order - 1`` bytes before each inside the row (so
+    a trigram table skips each window's first target, which has one byte before it). Equal to
+    the mean of :func:`ngram_bits` over the rows, with the table counted once."""
+    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= 4:
+        raise ValueError(f"order must be an int in [1, 4], got {order!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < float("inf"):
+        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+    if not isinstance(train, torch.Tensor) or train.dim() != 1 or train.dtype.is_floating_point \
+            or train.numel() < order:
+        raise ValueError(f"train must be a 1-D integer tensor of at least order = {order} byte ids")
+    try:
+        x, y = windows
+    except (TypeError, ValueError):
+        raise ValueError("windows must be a pair (x, y) of (N, L) integer tensors") from None
+    for name, d in (("windows[0]", x), ("windows[1]", y)):
+        if not isinstance(d, torch.Tensor) or d.dim() != 2 or d.dtype.is_floating_point or d.numel() == 0:
+            raise ValueError(f"{name} must be a non-empty (N, L) integer tensor of byte ids")
+    if x.shape != y.shape or not torch.equal(x[:, 1:], y[:, :-1]):
+        raise ValueError("windows must be (x, y) of one shape with y the bytes after x (y[:, :-1] == x[:, 1:])")
+    rows = torch.cat([x[:, :1], y], dim=1).long()
+    if rows.shape[1] < order:
+        raise ValueError(f"windows of {x.shape[1]} targets are too short for order = {order}")
+    keys = torch.cat([_keys(row, order) for row in rows])
+    return _ngram_score(train, keys, order, alpha)

@@ -68,11 +68,12 @@ from .layers import delta
 from .layers.hybrid import hybrid_mixer, hybrid_schedule
 from .layers.linear import LinearAttention
 
-__all__ = ["MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE",
+__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE",
            "CHECKPOINT", "TextModelConfig", "TextTrainConfig", "GeluMLP", "ConvMixer", "ConvCache", "SampleResult", "TextRun",
            "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins",
            "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train",
-           "run_record", "save_checkpoint", "load_checkpoint", "load_gpt2", "checkpoint_path"]
+           "run_record", "save_checkpoint", "load_checkpoint", "load_gpt2", "checkpoint_path",
+           "PUBLISHED_SCALE", "scale_ratios"]
 
 #: The models compared in chapter 11, in the book's order.
 MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3")
@@ -92,9 +93,42 @@ CONV_ADDED = ("softmax_conv", "linear")
 CONV_SIZE = 4
 #: File name of the trained GPT-2 in ``gpt2k3/checkpoints``.
 CHECKPOINT = "text_gpt2.pt"
+
+#: The scale of the papers chapter 11 compares with: parameters (total, and active per token
+#: where a mixture of experts activates fewer) and training tokens of the runs they report.
+#: DeltaNet and Gated DeltaNet: 1.3B-parameter models trained on 100B tokens; Kimi Linear: a
+#: 48B-parameter model with 3B active, compared with full attention at 1.4T tokens.
+PUBLISHED_SCALE = {
+    "deltanet": {"params": 1.3e9, "active": 1.3e9, "tokens": 100e9},
+    "gated_deltanet": {"params": 1.3e9, "active": 1.3e9, "tokens": 100e9},
+    "kimi_linear": {"params": 48e9, "active": 3e9, "tokens": 1.4e12},
+}
 _CHECKPOINT_FORMAT = "gpt2k3.text_lm/1"
 _BITS = 1.0 / math.log(2.0)
 _BATCH_SEED_BASE = 1_000_003
+
+
+def scale_ratios(params: int, tokens: int, published: Mapping | None = None) -> dict[str, dict]:
+    """How many times larger each published run is than one of chapter 11's: ``{paper:
+    {"params", "active", "tokens"}}``, the paper's total and active parameters over ``params``
+    and its training tokens over ``tokens`` (this chapter's bytes; a byte is a token here).
+    ``published`` defaults to :data:`PUBLISHED_SCALE`."""
+    params = _int(params, "params")
+    tokens = _int(tokens, "tokens")
+    published = PUBLISHED_SCALE if published is None else published
+    if not isinstance(published, Mapping) or not published:
+        raise ValueError("published must be a non-empty mapping of paper -> {params, active, tokens}")
+    out = {}
+    for name, p in published.items():
+        try:
+            values = {k: float(p[k]) for k in ("params", "active", "tokens")}
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"published[{name!r}] must hold numbers params, active and tokens") from None
+        if not all(0 < v < float("inf") for v in values.values()):
+            raise ValueError(f"published[{name!r}] must hold positive finite numbers, got {p!r}")
+        out[name] = {"params": values["params"] / params, "active": values["active"] / params,
+                     "tokens": values["tokens"] / tokens}
+    return out
 
 
 def _int(value, name: str, minimum: int = 1) -> int:
@@ -819,3 +853,29 @@ def load_gpt2() -> GPT:
     if not path.is_file():
         raise FileNotFoundError(f"{CHECKPOINT} is not in the package (run benchmarks/text_lm.py)")
     return load_checkpoint(path)[0]
+
+
+def eval_ngram_baselines(data, model: TextModelConfig, train: TextTrainConfig,
+                         ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, float]:
+    """The byte bigram and trigram tables scored on the models' own evaluation bytes: the
+    ``train.eval_windows`` windows of ``model.max_context`` bytes the final evaluation uses.
+
+    Returns ``{"bigram_eval": ..., "trigram_eval": ...}`` and, for each ``name: (lo, hi)`` of
+    ``ranges`` (positions ``lo .. hi - 1`` of every window), ``"ng2_<name>"`` and
+    ``"ng3_<name>"``: the tables on those positions only. ``data`` is a
+    :func:`gpt2k3.text.kjv_data` split. ``benchmarks/text_lm.py --baselines`` stores the result
+    in the results file, so the chapter needs no corpus to read it.
+    """
+    if not isinstance(model, TextModelConfig) or not isinstance(train, TextTrainConfig):
+        raise ValueError("model and train must be a TextModelConfig and a TextTrainConfig")
+    win = _text.eval_windows(data.validation, model.max_context, train.eval_windows)
+    out = {f"{name}_eval": round(_text.ngram_window_bits(data.train, win, n), 4)
+           for n, name in ((2, "bigram"), (3, "trigram"))}
+    for name, (lo, hi) in (ranges or {}).items():
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi <= model.max_context):
+            raise ValueError(f"ranges[{name!r}] must be (lo, hi) with 0 <= lo < hi <= "
+                             f"{model.max_context}, got {(lo, hi)!r}")
+        part = (win[0][:, lo:hi], win[1][:, lo:hi])
+        for n in (2, 3):
+            out[f"ng{n}_{name}"] = round(_text.ngram_window_bits(data.train, part, n), 4)
+    return out

@@ -24,7 +24,20 @@ from ._style import PALETTE, Step, add_slider, style
 
 __all__ = ["COLORS", "text_summary", "text_table", "text_models_table", "position_mean",
            "text_curves", "text_position_loss", "text_memory", "text_samples_html", "text_run",
-           "spread"]
+           "spread", "restart_effect", "throughput_sessions", "MIXER_CONV"]
+
+#: How each model's short convolution is placed, for the models table (the differences matter
+#: when the softmax + conv and linear + conv models are compared with the delta family).
+MIXER_CONV = {
+    "softmax": "none",
+    "softmax_conv": "on the block's input, shared by q, k, v; starts as identity; no SiLU",
+    "linear": "on the block's input, shared by q, k, v; starts as identity; no SiLU",
+    "deltanet": "on q, k, v separately, after projection; SiLU; random start",
+    "gated_deltanet": "on q, k, v separately, after projection; SiLU; random start",
+    "kda": "on q, k, v separately, after projection; SiLU; random start",
+    "hybrid": "KDA layers as KDA; attention layer none",
+    "k3": "KDA layers as KDA; MLA layer none",
+}
 
 #: One colour per model, the same in every figure of the chapter.
 COLORS = dict(zip(MIXERS, PALETTE))
@@ -90,7 +103,7 @@ def _pm(s: dict | None, digits: int = 3) -> str:
 def text_table(data: Mapping) -> tuple[list[str], list[list]]:
     """Headers and rows for :func:`gpt2k3.display.md_table`: parameters, validation bits per
     byte at each evaluation length (mean ± half the spread over seeds), training throughput
-    and the cache per sequence at the shortest and longest length."""
+    (the lowest to the highest seed: runs on a shared machine differ by several times) and the cache per sequence at the shortest and longest length."""
     config, shown, _ = _check(data)
     summary = text_summary(data)
     lengths = config["lengths"]
@@ -98,7 +111,7 @@ def text_table(data: Mapping) -> tuple[list[str], list[list]]:
     headers = ["model", "parameters (active)",
                *[f"bits/byte at {n:,}" + (" (trained)" if n == context else f" ({n // context}×)")
                  for n in lengths],
-               "training bytes/s", f"cache at {lengths[0]:,}", f"cache at {lengths[-1]:,}"]
+               "training bytes/s (seeds: lowest–highest)", f"cache at {lengths[0]:,}", f"cache at {lengths[-1]:,}"]
     rows = []
     for m in shown:
         s = summary[m]
@@ -107,13 +120,14 @@ def text_table(data: Mapping) -> tuple[list[str], list[list]]:
         cache = [fmt_bytes(s["decode_bytes"][n]) if s["decode_bytes"].get(n) is not None
                  else "cannot run" for n in (lengths[0], lengths[-1])]
         rows.append([_label(config, m), params, *[_pm(s["length_bits"][n]) for n in lengths],
-                     f"{s['tokens_per_second']['mean']:,.0f}", *cache])
+                     f"{s['tokens_per_second']['min']:,.0f}–{s['tokens_per_second']['max']:,.0f}", *cache])
     return headers, rows
 
 
 def text_models_table(data: Mapping) -> tuple[list[str], list[list]]:
     """Headers and rows for :func:`gpt2k3.display.md_table`: every model's token mixer per layer
-    (built afresh from the results' settings, :func:`gpt2k3.text_lm.mixer_names`), positions, MLP
+    (built afresh from the results' settings, :func:`gpt2k3.text_lm.mixer_names`), positions,
+    where its short convolution sits (:data:`MIXER_CONV`), MLP
     width (the experts' and the dense layer's for K3), total and active parameters."""
     from ..text_lm import TextModelConfig, build_model, mixer_names
 
@@ -131,9 +145,11 @@ def text_models_table(data: Mapping) -> tuple[list[str], list[list]]:
         width = (f"experts {sizes['d_expert']}, dense {sizes['d_ff']}" if "d_expert" in sizes
                  else str(sizes.get("mlp_hidden", 4 * cfg.d_model)))
         positions = "learned table" if models[m]["position"] == "learned" else "none (NoPE)"
-        rows.append([_label(config, m), layers, positions, width, models[m]["params"]["total"],
+        rows.append([_label(config, m), layers, positions, MIXER_CONV.get(m, "?"), width,
+                     models[m]["params"]["total"],
                      models[m]["params"]["active"]])
-    return ["model", "token mixer per layer", "positions", "MLP width", "parameters", "active"], rows
+    return ["model", "token mixer per layer", "positions", "short convolution", "MLP width",
+            "parameters", "active"], rows
 
 
 def position_mean(data: Mapping, mixer: str, length: int, lo: int, hi: int) -> float:
@@ -344,3 +360,72 @@ def text_run(run, reference: Mapping | None = None, per_step: int | None = None)
           y_title="bits per byte", height=440)
     fig.update_yaxes(range=[0, 8.3])
     return fig
+
+
+def restart_effect(data: Mapping, length: int | None = None, head: int = 32) -> dict[str, dict]:
+    """How much of each model's change from the training length to ``length`` (default: the
+    longest) fewer window restarts explain, from the stored per-position losses.
+
+    Reading the same bytes in windows ``k = length / context`` times as long, ``k - 1`` of every
+    ``k`` short windows no longer start afresh: their first ``head`` bytes, which a short window
+    predicts from little context, get a long window's context instead. If a model used no more
+    than ``head`` bytes of context, those bytes would cost its level over positions ``[head,
+    context)`` and nothing else would change, so the change expected from the restarts alone is
+
+    ``restart = -(k - 1) / k * sum_{t < head} (p(t) - q) / context``,
+
+    with ``p(t)`` the per-position bits at the training length and ``q`` their mean over ``[head,
+    context)``. ``measured`` is the change in bits per byte the results record; ``adjusted =
+    measured - restart`` is what is left for the model's behaviour past the training length.
+    Per model (those that can run at ``length``): ``measured``, ``restart``, ``adjusted``, each a
+    :func:`spread` over the seeds. ``head`` must be a bin edge of the training length's bins."""
+    config, shown, runs = _check(data)
+    context = config["model"]["context"]
+    length = max(config["lengths"]) if length is None else length
+    if isinstance(length, bool) or not isinstance(length, int) or length not in config["lengths"] \
+            or length <= context:
+        raise ValueError(f"length must be one of the evaluation lengths above {context}, got {length!r}")
+    bins = config["bins"].get(str(context))
+    if bins is None:
+        raise ValueError(f"the results hold no position bins at the training length {context}")
+    edges = {a for a, _ in bins} | {b for _, b in bins}
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 < head < context or head not in edges:
+        raise ValueError(f"head must be a bin edge in (0, {context}), one of {sorted(edges)}, got {head!r}")
+    k = length // context
+    out = {}
+    for m in shown:
+        measured, restart = [], []
+        for r in _runs_of(runs, m):
+            long, short, pos = (r["length_bits"].get(str(length)), r["length_bits"].get(str(context)),
+                                r["position_bits"].get(str(context)))
+            if long is None or short is None or pos is None:
+                break
+            total = {"head": 0.0, "tail": 0.0}
+            for (a, b), p in zip(bins, pos):
+                total["head" if b <= head else "tail"] += p * (b - a)
+            q = total["tail"] / (context - head)
+            restart.append(-(k - 1) / k * (total["head"] - head * q) / context)
+            measured.append(long - short)
+        else:
+            if measured:
+                out[m] = {"measured": spread(measured), "restart": spread(restart),
+                          "adjusted": spread([a - b for a, b in zip(measured, restart)])}
+    return out
+
+
+def throughput_sessions(data: Mapping) -> dict:
+    """Training bytes per second grouped by the session that timed them: ``{"main": {mixer:
+    {seed: bytes/s}}, "rerun": {mixer: {seed: bytes/s}}, "load": {"main": .., "rerun": [..]}}``.
+    The runs a later ``--update`` redid (the results' ``updates``) were timed in another session,
+    under another load, so their bytes per second are not comparable with the main session's;
+    within one session the runs of one seed ran back to back."""
+    config, shown, runs = _check(data)
+    redone = {m for u in data.get("updates", []) for m in u.get("mixers", [])}
+    out = {"main": {}, "rerun": {}}
+    for r in runs:
+        side = "rerun" if r["mixer"] in redone else "main"
+        out[side].setdefault(r["mixer"], {})[r["seed"]] = r["tokens_per_second"]
+    out["load"] = {"main": data.get("machine", {}).get("load_average_1min_now"),
+                   "rerun": [u.get("machine", {}).get("load_average_1min_now")
+                             for u in data.get("updates", [])]}
+    return out
