@@ -77,9 +77,18 @@ def _routed_read(spec: ArchSpec, batch: int) -> float:
             * spec.expert_params)
 
 
-def _check_hardware(hardware) -> None:
+def _hardware(hardware) -> Hardware:
+    """``hardware``, or the H200 when it is ``None``; ``ValueError`` for anything else."""
+    hardware = H200 if hardware is None else hardware
     if not isinstance(hardware, Hardware):
         raise ValueError(f"hardware must be a Hardware, got {type(hardware).__name__}")
+    return hardware
+
+
+def _n_devices(n_devices) -> int:
+    if not is_int(n_devices) or n_devices < 1:
+        raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
+    return n_devices
 
 
 def serving_memory(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes: float = 2,
@@ -118,8 +127,7 @@ def devices_needed(spec: ArchSpec, context_len: int, batch: int = 1, hardware: H
     check_spec(spec)
     byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    hardware = H200 if hardware is None else hardware
-    _check_hardware(hardware)
+    hardware = _hardware(hardware)
     total = serving_memory(spec, context_len, batch, weight_bytes, cache_bytes,
                            state_dtype_bytes, expert_bytes)["total"]
     return max(1, math.ceil(total / hardware.memory_bytes))
@@ -135,10 +143,8 @@ def max_batch(spec: ArchSpec, context_len: int, hardware: Hardware = None, n_dev
     check_spec(spec)
     byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    hardware = H200 if hardware is None else hardware
-    _check_hardware(hardware)
-    if not is_int(n_devices) or n_devices < 1:
-        raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
+    hardware = _hardware(hardware)
+    _n_devices(n_devices)
     if not is_int(context_len) or context_len < 1:
         raise ValueError(f"context_len must be a positive int, got {context_len!r}")
     free = n_devices * hardware.memory_bytes - serving_memory(
@@ -215,10 +221,8 @@ def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardwar
     check_spec(spec)
     byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    hardware = H200 if hardware is None else hardware
-    _check_hardware(hardware)
-    if not is_int(n_devices) or n_devices < 1:
-        raise ValueError(f"n_devices must be a positive int, got {n_devices!r}")
+    hardware = _hardware(hardware)
+    _n_devices(n_devices)
     moved = decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes,
                          state_dtype_bytes).total
     eb = _expert_bytes(weight_bytes, expert_bytes)
@@ -300,8 +304,7 @@ def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardwa
     check_spec(spec)
     byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    hardware = H200 if hardware is None else hardware
-    _check_hardware(hardware)
+    hardware = _hardware(hardware)
     full = full_attention(spec)
     kw = dict(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
@@ -409,8 +412,7 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
     """
     check_spec(spec)
     byte_sizes(expert_bytes=expert_bytes)
-    hardware = H200 if hardware is None else hardware
-    _check_hardware(hardware)
+    hardware = _hardware(hardware)
     nonneg_int("context_len", context_len)
     if not is_int(batch) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
@@ -639,8 +641,7 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     nonneg_int("context_len", context_len)
     byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    hardware = H200 if hardware is None else hardware
-    _check_hardware(hardware)
+    hardware = _hardware(hardware)
     if not isinstance(plan, ServingPlan):
         raise ValueError(f"plan must be a ServingPlan, got {type(plan).__name__}")
     if not is_int(batch) or batch < 1:
