@@ -717,6 +717,8 @@ NOT_COVERED = {
     "book": "Sphinx build hooks, never called by a reader",
     "oracles": "test oracles (Hugging Face meta-device models), not a reader-facing API",
     "colab": "Colab bootstrap",
+    "accounting.k3_mechanisms": "chapter 8's plain numbers: tests/test_figures_k3_adds.py checks "
+                                "their arguments (not yet driven by this suite)",
     "k3": "K3 mechanisms: tests/test_k3_model.py and test_figures_k3_adds.py check their "
           "arguments (not yet driven by this suite)",
     "text": "the text corpus: tests/test_text.py checks its arguments (not yet driven here)",

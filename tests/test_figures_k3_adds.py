@@ -15,11 +15,15 @@ from gpt2k3.archs import KIMI_K3, KIMI_LINEAR_48B
 from gpt2k3.figures import k3_adds as figs
 from gpt2k3.forgetting import half_life
 from gpt2k3.gpt2 import GPTConfig
-from gpt2k3.k3 import (FLA_KDA_CHUNK, FLA_KDA_GATE_SHIFT, FLA_KDA_SUB_CHUNK, FLOAT32_MAX_EXP,
-                       DepthMix, attn_res_reads, dplr_chunk_is_safe, dplr_largest_safe_chunk,
-                       kda_diagonal_block_exponents, kda_diagonal_block_fits_float32,
-                       kda_largest_diagonal_block, latent_moe_break_even, latent_moe_cost, situ,
-                       situ_bound, situ_factors, situ_reference, swiglu_reference, tiny_k3)
+from gpt2k3.accounting.k3_mechanisms import (FLA_KDA_CHUNK, FLA_KDA_GATE_SHIFT, FLA_KDA_SUB_CHUNK,
+                                             FLOAT32_MAX_EXP, attn_res_reads, dplr_chunk_is_safe,
+                                             dplr_largest_safe_chunk,
+                                             kda_diagonal_block_exponents,
+                                             kda_diagonal_block_fits_float32,
+                                             kda_largest_diagonal_block, latent_moe_break_even,
+                                             latent_moe_cost, situ_bound, situ_factors,
+                                             swiglu_reference)
+from gpt2k3.k3 import DepthMix, situ, situ_reference, tiny_k3
 
 
 # ------------------------------------------------------------------ Attention-Residual reads
@@ -81,7 +85,7 @@ def _fla_gate_bound_is_safe():
 def test_dplr_chunk_rule_is_fla_cores():
     pytest.importorskip("fla")
     theirs, rcp_ln2 = _fla_gate_bound_is_safe()
-    from gpt2k3.k3 import FLA_RCP_LN2
+    from gpt2k3.accounting.k3_mechanisms import FLA_RCP_LN2
 
     assert FLA_RCP_LN2 == rcp_ln2
     for bound in (-0.5, -1.0, -2.5, -5.0, -7.0, -20.0, -100.0):
@@ -365,7 +369,7 @@ def test_explorers_build_and_redraw():
 
 
 def test_k3_feature_rows():
-    from gpt2k3.k3 import K3_FEATURE_LABELS, k3_feature_rows
+    from gpt2k3.accounting.k3_mechanisms import K3_FEATURE_LABELS, k3_feature_rows
 
     rows = k3_feature_rows(KIMI_LINEAR_48B, KIMI_K3)
     assert [r[0] for r in rows] == list(K3_FEATURE_LABELS.values())

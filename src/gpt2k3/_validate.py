@@ -100,6 +100,17 @@ def check_number(value, name: str, lo: float = -math.inf, hi: float = math.inf, 
     return x
 
 
+def check_finite_number(value, name: str, sign: int) -> float:
+    """Require a finite real number (not ``bool``) that is positive (``sign`` 1) or negative
+    (``sign`` -1). Returns it as a ``float``."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
+        and float(value) * sign > 0
+    if not ok:
+        raise ValueError(f"{name} must be a finite {'positive' if sign > 0 else 'negative'} "
+                         f"number, got {value!r}")
+    return float(value)
+
+
 def check_positive_float(value, name: str, none_ok: bool = False) -> float | None:
     """Require a finite real number ``> 0`` (or ``None`` when ``none_ok``); returns a ``float``."""
     if none_ok and value is None:

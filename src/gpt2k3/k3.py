@@ -35,7 +35,10 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
+from ._validate import check_finite_number, check_int
 from .accounting import ArchSpec, kda_layers_from_full_attn
+from .accounting.k3_mechanisms import SITU_BETA, SITU_LINEAR_BETA
+from .archs import KIMI_K3_CONFIG
 from .gpt2 import GPT, GPTConfig
 from .layers.delta import KDA
 from .mixers.mla import MLA, LatentCache, MLAConfig, RMSNorm
@@ -50,36 +53,16 @@ __all__ = [
 ]
 
 #: ``linear_attn_config.gate_lower_bound`` of Kimi K3's config.json.
-K3_GATE_LOWER_BOUND = -5.0
+K3_GATE_LOWER_BOUND = KIMI_K3_CONFIG["linear_attn_config.gate_lower_bound"][0]
 #: ``rms_norm_eps`` of Kimi K3's config.json (``gpt2k3.archs.KIMI_K3_CONFIG``), which SGLang
 #: 0.5.23 gives its RMSNorms as ``config.rms_norm_eps``: the layer norms, MLA's latent norms,
 #: the routed experts' latent norm and the Attention-Residual score norms (KDA's output norm
 #: takes 1e-5 as its constructor default). ``KimiLinearConfig``'s own default is 1e-6.
-K3_RMS_NORM_EPS = 1e-5
-#: ``activation_situ_beta`` / ``activation_situ_linear_beta`` (SGLang ``SituAndMul``).
-SITU_BETA, SITU_LINEAR_BETA = 4.0, 25.0
+K3_RMS_NORM_EPS = KIMI_K3_CONFIG["rms_norm_eps"][0]
+# SITU_BETA, SITU_LINEAR_BETA (``activation_situ_beta`` / ``activation_situ_linear_beta``) come
+# from gpt2k3.accounting.k3_mechanisms, which reads them off gpt2k3.archs.KIMI_K3_CONFIG.
 #: K3's ``full_attn_layers`` are every 4th layer (1-based) plus the last one.
 K3_FULL_ATTN_EVERY = 4
-
-
-def _negative_number(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value >= 0:
-        raise ValueError(f"{name} must be a finite negative number, got {value!r}")
-    return float(value)
-
-
-def _positive_number(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
-    return float(value)
-
-
-def _int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 # ============================================================================ 1. bounded KDA decay
@@ -95,7 +78,7 @@ def bounded_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tenso
     ``naive_kda_lowerbound_gate`` (``fla/ops/kda/gate.py``), config field
     ``linear_attn_config.gate_lower_bound``.
     """
-    bound = _negative_number(lower_bound, "lower_bound")
+    bound = check_finite_number(lower_bound, "lower_bound", -1)
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"x must be a (B, T, H, Dk) tensor, got "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
@@ -124,7 +107,7 @@ class BoundedKDA(KDA):
 
     def __init__(self, config, *, lower_bound: float = K3_GATE_LOWER_BOUND, **kwargs):
         super().__init__(config, **kwargs)
-        self.lower_bound = _negative_number(lower_bound, "lower_bound")
+        self.lower_bound = check_finite_number(lower_bound, "lower_bound", -1)
         self.g_proj = nn.Linear(self.n_embd, self.value_dim, bias=False)  # full rank
 
     def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
@@ -223,9 +206,9 @@ def situ(gate: torch.Tensor, up: torch.Tensor, beta: float = SITU_BETA,
     factor never exceeds ``beta`` and the up factor never exceeds ``linear_beta`` in size, so one
     large pre-activation cannot blow up the product as it can in SwiGLU.
     """
-    beta = _positive_number(beta, "beta")
+    beta = check_finite_number(beta, "beta", 1)
     if linear_beta is not None:
-        linear_beta = _positive_number(linear_beta, "linear_beta")
+        linear_beta = check_finite_number(linear_beta, "linear_beta", 1)
     if not isinstance(gate, torch.Tensor) or not isinstance(up, torch.Tensor) \
             or gate.shape != up.shape:
         raise ValueError(f"gate and up must be tensors of one shape, got "
@@ -246,11 +229,11 @@ class SituGLU(nn.Module):
     def __init__(self, d_model: int, d_hidden: int, beta: float = SITU_BETA,
                  linear_beta: float | None = SITU_LINEAR_BETA) -> None:
         super().__init__()
-        _int(d_model, "d_model")
-        _int(d_hidden, "d_hidden")
-        self.beta = _positive_number(beta, "beta")
-        self.linear_beta = None if linear_beta is None else _positive_number(linear_beta,
-                                                                             "linear_beta")
+        check_int(d_model, "d_model", 1)
+        check_int(d_hidden, "d_hidden", 1)
+        self.beta = check_finite_number(beta, "beta", 1)
+        self.linear_beta = (None if linear_beta is None
+                            else check_finite_number(linear_beta, "linear_beta", 1))
         self.gate_proj = nn.Linear(d_model, d_hidden, bias=False)
         self.up_proj = nn.Linear(d_model, d_hidden, bias=False)
         self.down_proj = nn.Linear(d_hidden, d_model, bias=False)
@@ -285,9 +268,9 @@ class LatentMoEConfig:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "latent_dim", "n_routed_experts", "top_k", "d_expert"):
-            _int(getattr(self, name), name)
-        _int(self.n_shared_experts, "n_shared_experts", 0)
-        _positive_number(self.norm_eps, "norm_eps")
+            check_int(getattr(self, name), name, 1)
+        check_int(self.n_shared_experts, "n_shared_experts", 0)
+        check_finite_number(self.norm_eps, "norm_eps", 1)
         if self.latent_dim > self.d_model:
             raise ValueError(f"latent_dim ({self.latent_dim}) must be <= d_model "
                              f"({self.d_model}): the latent MoE projects tokens down, not up")
@@ -455,7 +438,7 @@ class DepthMix(nn.Module):
 
     def __init__(self, d_model: int, eps: float = K3_RMS_NORM_EPS) -> None:
         super().__init__()
-        self.norm = RMSNorm(_int(d_model, "d_model"), _positive_number(eps, "eps"))
+        self.norm = RMSNorm(check_int(d_model, "d_model", 1), check_finite_number(eps, "eps", 1))
         self.query = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, sources) -> torch.Tensor:
@@ -475,8 +458,8 @@ def k3_schedule(n_layer: int, every: int = K3_FULL_ATTN_EVERY) -> tuple[str, ...
     """Each layer's token mixer by K3's rule: ``"mla"`` at every ``every``-th layer (1-based)
     and at the last one, ``"kda"`` elsewhere. ``k3_schedule(93)`` puts MLA at 4, 8, ..., 92 and
     93 -- K3's ``linear_attn_config.full_attn_layers``: 24 MLA layers, 69 KDA layers."""
-    _int(n_layer, "n_layer")
-    _int(every, "every")
+    check_int(n_layer, "n_layer", 1)
+    check_int(every, "every", 1)
     full = sorted(set(range(every, n_layer + 1, every)) | {n_layer})
     kda = set(kda_layers_from_full_attn(n_layer, full))
     return tuple("kda" if i in kda else "mla" for i in range(n_layer))
@@ -500,8 +483,8 @@ class AttnResidual(nn.Module):
     def __init__(self, n_layer: int, d_model: int, block_size: int,
                  eps: float = K3_RMS_NORM_EPS) -> None:
         super().__init__()
-        self.block_size = _int(block_size, "block_size")
-        _int(n_layer, "n_layer")
+        self.block_size = check_int(block_size, "block_size", 1)
+        check_int(n_layer, "n_layer", 1)
         self.attn_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
         self.mlp_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
         self.final = DepthMix(d_model, eps)
@@ -598,16 +581,16 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
     if not isinstance(config, GPTConfig):
         raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
     d = config.n_embd
-    _negative_number(gate_lower_bound, "gate_lower_bound")
-    _int(attn_res_block_size, "attn_res_block_size", 0)
-    _int(first_k_dense, "first_k_dense", 0)
+    check_finite_number(gate_lower_bound, "gate_lower_bound", -1)
+    check_int(attn_res_block_size, "attn_res_block_size", 0)
+    check_int(first_k_dense, "first_k_dense", 0)
     if first_k_dense > config.n_layer:
         raise ValueError(f"first_k_dense ({first_k_dense}) must be <= config.n_layer "
                          f"({config.n_layer})")
-    latent = d // 2 if moe_latent_dim is None else _int(moe_latent_dim, "moe_latent_dim")
+    latent = d // 2 if moe_latent_dim is None else check_int(moe_latent_dim, "moe_latent_dim", 1)
     if latent > d:
         raise ValueError(f"moe_latent_dim ({latent}) must be <= config.n_embd ({d})")
-    if not 1 <= _int(top_k, "top_k") <= _int(n_routed_experts, "n_routed_experts"):
+    if not 1 <= check_int(top_k, "top_k", 1) <= check_int(n_routed_experts, "n_routed_experts", 1):
         raise ValueError(f"top_k ({top_k}) must be <= n_routed_experts ({n_routed_experts})")
     schedule = k3_schedule(config.n_layer, full_attn_every)
     spec = ArchSpec(
@@ -626,314 +609,3 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
         moe_latent_norm=moe_latent_norm, attn_res_block_size=attn_res_block_size,
         source="gpt2k3.k3.tiny_k3: Kimi K3's rules at a tiny size")
     return k3_model(config, spec, situ_beta=situ_beta, situ_linear_beta=situ_linear_beta)
-
-
-# ================================================================ 8. what K3 adds, in numbers
-# Plain-float companions of the modules above, for chapter "What Kimi K3 adds": how many
-# sources each Attention-Residual read mixes, how large the bounded decay lets a kernel's
-# diagonal block be as one float32 matrix product, what latent experts cost, and the two
-# factors of SiTU-GLU.
-
-@dataclass(frozen=True)
-class AttnResReads:
-    """How many sources each Attention-Residual read of an ``n_layer``-layer stack mixes, for
-    blocks of ``block_size`` decoder layers (:class:`AttnResidual`'s rule, SGLang's
-    ``is_block_write_layer = layer_idx % attn_res_block_size == 0``, which counts decoder
-    layers; the Attention Residuals paper's pseudocode counts sub-layers, two per decoder
-    layer: :attr:`block_sublayers`).
-
-    ``attn[i]`` and ``mlp[i]``: sources read before layer ``i``'s token mixer and its channel
-    mixer (0-based ``i``); ``final``: sources the head's read mixes. The stack has ``n_blocks``
-    blocks, the last holding ``last_block`` layers; at the end the bank holds ``n_blocks``
-    snapshots (the embedding and the ``n_blocks - 1`` closed blocks) and the last block is the
-    running sum.
-    """
-
-    n_layer: int
-    block_size: int
-    attn: tuple[int, ...]
-    mlp: tuple[int, ...]
-    final: int
-
-    @property
-    def n_blocks(self) -> int:
-        """Blocks of the stack, ``ceil(n_layer / block_size)``; also the snapshots in the bank
-        at the end (the embedding and every block but the last, which stays the running sum)."""
-        return -(-self.n_layer // self.block_size)
-
-    @property
-    def block_sublayers(self) -> int:
-        """The block size in the Attention Residuals paper's counting, which counts sub-layers
-        (token mixer and channel mixer, two per decoder layer): ``2 * block_size``."""
-        return 2 * self.block_size
-
-    @property
-    def full_sublayer_sources(self) -> int:
-        """The sources of the head's read in the paper's *Full* Attention Residuals, where every
-        sub-layer's output stays a source of its own: the embedding and ``2 n_layer``
-        outputs. (``attn_res_reads(n_layer, 1).final``, ``n_layer + 1``, keeps one source per
-        decoder layer instead.)"""
-        return 2 * self.n_layer + 1
-
-    @property
-    def last_block(self) -> int:
-        """Layers in the last block (``block_size`` unless ``n_layer`` is not a multiple)."""
-        return self.n_layer - (self.n_blocks - 1) * self.block_size
-
-    @property
-    def reads(self) -> tuple[int, ...]:
-        """Every read in order: layer 0's two, layer 1's two, ..., then the head's."""
-        return tuple(n for pair in zip(self.attn, self.mlp) for n in pair) + (self.final,)
-
-    @property
-    def sources_read(self) -> int:
-        """Sources mixed per token, summed over all ``2 n_layer + 1`` reads."""
-        return sum(self.reads)
-
-    @property
-    def max_sources(self) -> int:
-        """The widest read: the vectors of ``d_model`` numbers a token must keep at once
-        (the bank of snapshots plus the running block sum)."""
-        return max(self.reads)
-
-    @property
-    def mean_sources(self) -> float:
-        return self.sources_read / len(self.reads)
-
-
-def attn_res_reads(n_layer: int, block_size: int) -> AttnResReads:
-    """The sources of every Attention-Residual read (see :class:`AttnResReads`).
-
-    Before layer ``i``'s token mixer: the ``i // S + 1`` snapshots and, unless a block has just
-    closed (``i % S == 0``), the running sum of the current block -- ``ceil(i / S) + 1``;
-    before its channel mixer ``i // S + 2``; the head ``ceil(n_layer / S) + 1``. Block size 1
-    keeps every layer's output apart (the "full" form, ``n_layer + 1`` sources at the end);
-    ``block_size >= n_layer`` leaves the embedding and one running sum.
-    """
-    _int(n_layer, "n_layer")
-    _int(block_size, "block_size")
-    attn = tuple(-(-i // block_size) + 1 for i in range(n_layer))
-    mlp = tuple(i // block_size + 2 for i in range(n_layer))
-    return AttnResReads(n_layer, block_size, attn, mlp, -(-n_layer // block_size) + 1)
-
-
-#: fla-core 0.6.0's ``RCP_LN2`` (``fla/ops/utils/constant.py``): 1 / ln 2 as its kernels use it.
-FLA_RCP_LN2 = 1.4426950216
-#: ``ln`` of the largest float32 (about 88.72): ``exp`` of anything larger is ``inf``.
-FLOAT32_MAX_EXP = math.log(torch.finfo(torch.float32).max)
-#: fla-core 0.6.0's KDA chunk (``chunk_kda``: 64 tokens, 32 also allowed) and the sub-chunk it
-#: splits each chunk into (``BC = 16``, ``fla/ops/kda/chunk_intra.py``); SGLang 0.5.23 vendors a
-#: copy with the same sizes (``kernels/ops/attention/fla/``).
-FLA_KDA_CHUNK, FLA_KDA_SUB_CHUNK = 64, 16
-#: The shift ``s`` (natural-log units per token) fla's KDA intra-chunk kernel centres a diagonal
-#: block with when no bound is handed to it -- the default ``chunk_kda`` uses.
-FLA_KDA_GATE_SHIFT = 2.0
-#: The float32 exponent (base 2) fla's DPLR kernels allow themselves: 128 minus 4 of headroom
-#: (``gate_bound_is_safe``, ``fla/ops/generalized_delta_rule/dplr/chunk.py``).
-DPLR_SAFE_EXPONENT = 124
-
-
-def kda_diagonal_block_exponents(lower_bound: float, sub_chunk: int = FLA_KDA_SUB_CHUNK,
-                                 shift: float = FLA_KDA_GATE_SHIFT) -> tuple[float, float]:
-    """The largest exponents (natural log) of the two factors fla's KDA kernel splits a diagonal
-    sub-chunk block's decays into, for log-decays in ``[lower_bound, 0]``.
-
-    Within a sub-chunk of ``sub_chunk`` tokens, with cumulative log-decays ``G``, the decay
-    between query ``i`` and key ``j`` is ``exp(G_i - G_j) = exp(G_i - C) * exp(C - G_j)``; the
-    query factor goes into ``q_i``, the key factor into ``k_j``, and the block is one matrix
-    product (fla's ``safe_gate``: "M=16 TensorCore acceleration"). fla-core 0.6.0
-    (``chunk_kda_fwd_intra``) takes ``C = G_0 - d`` with ``d = (sub_chunk - 1) * shift / 2``, so
-    ``exp(G_i - C) <= exp(d)`` and ``exp(C - G_j) <= exp((sub_chunk - 1) |lower_bound| - d)``.
-    Returns ``(d, (sub_chunk - 1) |lower_bound| - d)``: ``(15, 60)`` for fla's 16 tokens,
-    ``shift`` 2 and K3's -5, the bounds fla's docstring states. Without a floor the key factor
-    has no bound at all; the blocks between sub-chunks need none (they factor through the
-    sub-chunk boundary, every factor a decay ``<= 1``, as in chapter 6).
-    """
-    bound = _negative_number(lower_bound, "lower_bound")
-    size = _int(sub_chunk, "sub_chunk")
-    s = _positive_number(shift, "shift")
-    d = (size - 1) * s / 2
-    return d, (size - 1) * -bound - d
-
-
-def kda_diagonal_block_fits_float32(lower_bound: float, sub_chunk: int = FLA_KDA_SUB_CHUNK,
-                                    shift: float = FLA_KDA_GATE_SHIFT) -> bool:
-    """Whether both factors of :func:`kda_diagonal_block_exponents` stay below the largest
-    float32 (``exp`` under :data:`FLOAT32_MAX_EXP`), so a diagonal block of ``sub_chunk`` tokens
-    can be one float32 (tensor-core) matrix product. True for fla's 16 tokens at K3's -5
-    (``e^60``); false for 32 (``e^124``)."""
-    return max(kda_diagonal_block_exponents(lower_bound, sub_chunk, shift)) < FLOAT32_MAX_EXP
-
-
-def kda_largest_diagonal_block(lower_bound: float, shift: float = FLA_KDA_GATE_SHIFT) -> int:
-    """The largest power-of-two sub-chunk :func:`kda_diagonal_block_fits_float32` accepts for
-    ``lower_bound`` (16 for K3's -5: fla's ``BC``); at least 1, since a one-token block has no
-    decay inside it."""
-    _negative_number(lower_bound, "lower_bound")
-    size = 1
-    while kda_diagonal_block_fits_float32(lower_bound, 2 * size, shift):
-        size *= 2
-    return size
-
-
-def dplr_chunk_is_safe(lower_bound: float, chunk_size: int) -> bool:
-    """fla-core 0.6.0's rule for its **DPLR** kernels (``gate_bound_is_safe``,
-    ``fla/ops/generalized_delta_rule/dplr/chunk.py``; the generalized delta rule and RWKV-7),
-    not its KDA kernels: whether log-decays bounded below by ``lower_bound`` keep a whole
-    chunk of ``chunk_size`` tokens, factored around its middle row, inside float32.
-
-    The largest exponent, base 2, is ``(chunk_size // 2 + 1) * |lower_bound| / ln 2``; it must
-    not exceed 124. When it holds, those kernels use the centred tensor-core form for the whole
-    chunk (64 tokens by default when ``gate_bound_is_safe(lower_bound, 64)``, else 16). KDA's
-    kernels instead keep 64-token chunks and centre only 16-token diagonal blocks
-    (:func:`kda_diagonal_block_exponents`).
-    """
-    bound = _negative_number(lower_bound, "lower_bound")
-    size = _int(chunk_size, "chunk_size")
-    return abs(bound) * (size // 2 + 1) * FLA_RCP_LN2 <= DPLR_SAFE_EXPONENT
-
-
-def dplr_largest_safe_chunk(lower_bound: float) -> int:
-    """The largest power-of-two chunk :func:`dplr_chunk_is_safe` accepts for ``lower_bound``
-    (32 at -5), or 0 if not even one token is safe. A DPLR quantity, not a KDA one."""
-    _negative_number(lower_bound, "lower_bound")
-    if not dplr_chunk_is_safe(lower_bound, 1):
-        return 0
-    size = 1
-    while dplr_chunk_is_safe(lower_bound, 2 * size):
-        size *= 2
-    return size
-
-
-@dataclass(frozen=True)
-class LatentMoECost:
-    """What a spec's MoE costs with its routed experts at width ``latent_dim`` (0: the full
-    width ``d_model``, no projections). Whole model: ``total`` and ``active`` parameters,
-    ``matmul_active`` (what a token is multiplied through), ``flops_per_token`` (decode at
-    context 0, :func:`gpt2k3.accounting.flops_per_token`). One MoE layer: ``layer_total`` and
-    ``layer_active`` (router, latent projections and norm, shared and routed experts)."""
-
-    latent_dim: int
-    total: int
-    active: int
-    matmul_active: int
-    flops_per_token: int
-    layer_total: int
-    layer_active: int
-
-
-_MOE_PARTS = ("router", "latent projections", "shared experts", "routed experts")
-
-
-def latent_moe_cost(spec: ArchSpec, latent_dim: int) -> LatentMoECost:
-    """:class:`LatentMoECost` of ``spec`` with ``moe_latent_dim = latent_dim`` (everything else
-    as in ``spec``; the latent RMSNorm kept if ``spec`` has one and ``latent_dim > 0``)."""
-    from .accounting import count_params, flops_per_token
-
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    if not spec.is_moe:
-        raise ValueError(f"spec must have routed experts, {spec.name} has none")
-    _int(latent_dim, "latent_dim", 0)
-    if latent_dim > spec.d_model:
-        raise ValueError(f"latent_dim ({latent_dim}) must be <= d_model ({spec.d_model})")
-    s = spec.with_(moe_latent_dim=latent_dim,
-                   moe_latent_norm=bool(spec.moe_latent_norm and latent_dim))
-    c = count_params(s)
-    layers = s.n_moe_layers
-    return LatentMoECost(latent_dim=latent_dim, total=c.total, active=c.active,
-                         matmul_active=c.matmul_active, flops_per_token=flops_per_token(s, 0),
-                         layer_total=sum(c.parts[p] for p in _MOE_PARTS) // layers,
-                         layer_active=sum(c.active_parts[p] for p in _MOE_PARTS) // layers)
-
-
-def latent_moe_break_even(spec: ArchSpec, stored: bool = False) -> float:
-    """The latent width ``w*`` below which latent experts beat full-width ones.
-
-    By default (``stored=False``) for the multiplications a token goes through: per MoE layer
-    ``2 d w + 3 k w f`` (down and up projections, ``k`` experts of width ``f`` at ``w``) against
-    ``3 k d f``, so ``w* = 3 k f d / (3 k f + 2 d)``. With ``stored=True`` for the parameters
-    stored: all ``E`` routed experts shrink, and the projections and the latent norm (``w``
-    gains, if ``spec.moe_latent_norm``) are stored once per layer, so
-    ``w* = 3 E f d / (3 E f + 2 d + [norm])`` -- much closer to ``d``.
-    """
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    if not spec.is_moe:
-        raise ValueError(f"spec must have routed experts, {spec.name} has none")
-    if not isinstance(stored, bool):
-        raise ValueError(f"stored must be a bool, got {stored!r}")
-    if stored:
-        ef = 3 * spec.n_routed_experts * spec.d_expert
-        return ef * spec.d_model / (ef + 2 * spec.d_model + (1 if spec.moe_latent_norm else 0))
-    kf = 3 * spec.top_k * spec.d_expert
-    return kf * spec.d_model / (kf + 2 * spec.d_model)
-
-
-def situ_factors(gate: float, up: float, beta: float = SITU_BETA,
-                 linear_beta: float | None = SITU_LINEAR_BETA) -> tuple[float, float]:
-    """SiTU-GLU's two factors for plain floats: ``(beta tanh(gate/beta) sigmoid(gate),
-    linear_beta tanh(up/linear_beta))`` (``up`` itself when ``linear_beta`` is None); their
-    product is :func:`situ_reference`. SwiGLU's factors are ``(silu(gate), up)``."""
-    beta = _positive_number(beta, "beta")
-    if linear_beta is not None:
-        linear_beta = _positive_number(linear_beta, "linear_beta")
-    for name, value in (("gate", gate), ("up", up)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
-    sigmoid = 1 / (1 + math.exp(-gate)) if gate >= 0 else math.exp(gate) / (1 + math.exp(gate))
-    u = up if linear_beta is None else linear_beta * math.tanh(up / linear_beta)
-    return beta * math.tanh(gate / beta) * sigmoid, u
-
-
-def swiglu_reference(gate: float, up: float) -> float:
-    """SwiGLU of one pair of plain floats: ``silu(gate) * up = gate sigmoid(gate) up``."""
-    for name, value in (("gate", gate), ("up", up)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
-    sigmoid = 1 / (1 + math.exp(-gate)) if gate >= 0 else math.exp(gate) / (1 + math.exp(gate))
-    return gate * sigmoid * up
-
-
-def situ_bound(beta: float = SITU_BETA, linear_beta: float = SITU_LINEAR_BETA) -> float:
-    """The least upper bound of ``|situ(gate, up)|``: ``beta * linear_beta`` (approached, never
-    reached, as both pre-activations grow; 100 for K3). SwiGLU has none."""
-    return _positive_number(beta, "beta") * _positive_number(linear_beta, "linear_beta")
-
-
-__all__ += ["AttnResReads", "attn_res_reads", "FLA_RCP_LN2", "FLOAT32_MAX_EXP",
-            "FLA_KDA_CHUNK", "FLA_KDA_SUB_CHUNK", "FLA_KDA_GATE_SHIFT", "DPLR_SAFE_EXPONENT",
-            "kda_diagonal_block_exponents", "kda_diagonal_block_fits_float32",
-            "kda_largest_diagonal_block", "dplr_chunk_is_safe", "dplr_largest_safe_chunk",
-            "LatentMoECost",
-            "latent_moe_cost", "latent_moe_break_even", "situ_factors", "swiglu_reference",
-            "situ_bound"]
-
-
-#: Kimi K3's new :class:`~gpt2k3.accounting.ArchSpec` fields (and the two K3 keeps from Kimi
-#: Linear, ``mlp`` and ``position``), each with a reader's label, in the chapter's order.
-K3_FEATURE_LABELS = {
-    "mla_output_gate": "MLA output gate",
-    "kda_full_rank_gate": "full-rank KDA output gate",
-    "kda_gate_lower_bound": "KDA decay bounded below at",
-    "moe_latent_dim": "latent expert width",
-    "moe_latent_norm": "RMSNorm on the routed experts' latent sum",
-    "attn_res_block_size": "Attention Residuals, block size (decoder layers)",
-    "mlp": "gated MLP activation",
-    "position": "positional encoding in attention",
-}
-
-
-def k3_feature_rows(*specs: ArchSpec) -> list[list]:
-    """One row per entry of :data:`K3_FEATURE_LABELS`: the label, then each spec's value
-    (``"—"`` where the field is absent: ``None``, ``False`` or 0, as in every model before K3)."""
-    if not specs or any(not isinstance(s, ArchSpec) for s in specs):
-        raise ValueError("specs must be one or more ArchSpec values")
-    return [[label] + ["—" if getattr(s, name) in (None, False, 0) else getattr(s, name)
-                       for s in specs]
-            for name, label in K3_FEATURE_LABELS.items()]
-
-
-__all__ += ["K3_FEATURE_LABELS", "k3_feature_rows"]

@@ -20,8 +20,9 @@ from ..accounting import ArchSpec, kda_log_decay
 from ..archs import KIMI_K3
 from ..display import fmt_count
 from ..forgetting import half_life
-from ..k3 import (SITU_BETA, SITU_LINEAR_BETA, attn_res_reads, latent_moe_break_even,
-                  latent_moe_cost, situ_bound, situ_factors, swiglu_reference)
+from ..accounting.k3_mechanisms import (SITU_BETA, SITU_LINEAR_BETA, attn_res_reads,
+                                        latent_moe_break_even, latent_moe_cost, situ_bound,
+                                        situ_factors, swiglu_reference)
 from ._style import PALETTE, Step, add_slider, style
 
 __all__ = ["attn_res_sources", "bounded_decay", "latent_experts", "situ_vs_swiglu",

@@ -8,7 +8,7 @@ import ipywidgets as W
 
 from ..archs import KIMI_K3
 from ..figures.k3_adds import attn_res_sources, bounded_decay, latent_experts, situ_vs_swiglu
-from ..k3 import SITU_BETA, SITU_LINEAR_BETA
+from ..accounting.k3_mechanisms import SITU_BETA, SITU_LINEAR_BETA
 from ._explorer import Explorer, explorer
 
 __all__ = ["attn_res_explorer", "bounded_decay_explorer", "latent_moe_explorer",
