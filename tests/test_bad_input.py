@@ -741,6 +741,8 @@ SKIPPED = {
     "kv_cache.seed_cached_attention": "the seed's code, kept verbatim as a reference",
     "gpt2.GPT": "constructor takes parts; its forward is covered through generate",
     "gpt2.trace_shapes": "debug helper over generate's checked inputs",
+    "recall.warmup_cosine_lr": "the schedule behind TrainConfig.lr_at / TextTrainConfig.lr_at, "
+                               "whose fields the configs check",
     "layers.hybrid.hybrid_mixer": "takes a schedule checked as hybrid_schedule's output",
     "layers.hybrid.hybrid_gpt": "GPTConfig + hybrid_schedule, both covered",
     "layers.hybrid.schedule_of": "reads a built model",

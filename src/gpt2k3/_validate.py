@@ -100,14 +100,15 @@ def check_number(value, name: str, lo: float = -math.inf, hi: float = math.inf, 
     return x
 
 
-def check_finite_number(value, name: str, sign: int) -> float:
+def check_finite_number(value, name: str, sign: int, allow_zero: bool = False) -> float:
     """Require a finite real number (not ``bool``) that is positive (``sign`` 1) or negative
-    (``sign`` -1). Returns it as a ``float``."""
+    (``sign`` -1), or zero too with ``allow_zero``. Returns it as a ``float``."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
-        and float(value) * sign > 0
+        and (float(value) * sign > 0 or (allow_zero and float(value) == 0))
     if not ok:
-        raise ValueError(f"{name} must be a finite {'positive' if sign > 0 else 'negative'} "
-                         f"number, got {value!r}")
+        kind = ("non-" + ("negative" if sign > 0 else "positive")) if allow_zero else \
+            ("positive" if sign > 0 else "negative")
+        raise ValueError(f"{name} must be a finite {kind} number, got {value!r}")
     return float(value)
 
 

@@ -38,7 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._validate import check_int
+from ._validate import check_finite_number, check_int
 from .accounting import mixer_state_numbers
 from .gpt2 import GPT, CausalSelfAttention, GPTConfig
 from .layers import delta
@@ -47,7 +47,7 @@ from .layers.linear import LinearAttention
 from .tasks import MQARBatch, MQARConfig, mqar
 
 __all__ = ["MIXERS", "MIXER_LABELS", "CONV_MODES", "GATE_INITS", "SLOW_GATE_RATES", "INITS", "ModelConfig", "TrainConfig",
-           "TrainResult", "ConvProjection", "mixer_factory", "build_model", "state_numbers",
+           "TrainResult", "ConvProjection", "warmup_cosine_lr", "mixer_factory", "build_model", "state_numbers",
            "masked_loss", "evaluate", "train", "sweep_results", "sweep_config", "sweep_point"]
 
 #: The mixers compared in chapter 10, in the book's order.
@@ -78,12 +78,14 @@ _EVAL_SEED_BASE = 1_000_000_007
 _STEPS_PER_SEED = 1_000_003
 
 
-def _positive(value, name: str, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} "
-                         f"finite number, got {value!r}")
-    return float(value)
+def warmup_cosine_lr(step: int, lr: float, warmup: int, steps: int) -> float:
+    """The learning rate at ``step`` (0-based) of a ``steps``-step run: linear warm-up over
+    ``warmup`` steps, then cosine decay to ``lr / 10``. The schedule of chapter 10's and
+    chapter 11's training loops."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def _check_mixer(mixer: str) -> str:
@@ -149,16 +151,13 @@ class TrainConfig:
         check_int(self.warmup, "warmup", 0)
         check_int(self.eval_examples, "eval_examples", 1)
         check_int(self.checkpoints, "checkpoints", 1)
-        _positive(self.lr, "lr")
-        _positive(self.weight_decay, "weight_decay", allow_zero=True)
-        _positive(self.grad_clip, "grad_clip")
+        check_finite_number(self.lr, "lr", 1)
+        check_finite_number(self.weight_decay, "weight_decay", 1, allow_zero=True)
+        check_finite_number(self.grad_clip, "grad_clip", 1)
 
     def lr_at(self, step: int) -> float:
-        """Learning rate at ``step`` (0-based): linear warm-up, then cosine decay to ``lr / 10``."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
-        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        """Learning rate at ``step`` (0-based): :func:`warmup_cosine_lr`."""
+        return warmup_cosine_lr(step, self.lr, self.warmup, self.steps)
 
     def checkpoint_steps(self) -> list[int]:
         """Steps (1-based counts of updates done) after which the model is evaluated."""

@@ -49,7 +49,6 @@ import copy
 import hashlib
 import io
 import math
-import operator
 import time
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
@@ -61,12 +60,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import text as _text
+from ._validate import check_finite_number, check_int
 from .cache import LayerCache, nbytes_of
 from .gpt2 import GPT, CausalSelfAttention, GPTConfig
 from .k3 import tiny_k3
 from .layers import delta
 from .layers.hybrid import hybrid_mixer, hybrid_schedule
 from .layers.linear import LinearAttention
+from .recall import warmup_cosine_lr
 
 __all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE",
            "CHECKPOINT", "TextModelConfig", "TextTrainConfig", "GeluMLP", "ConvMixer", "ConvCache", "SampleResult", "TextRun",
@@ -113,8 +114,8 @@ def scale_ratios(params: int, tokens: int, published: Mapping | None = None) -> 
     {"params", "active", "tokens"}}``, the paper's total and active parameters over ``params``
     and its training tokens over ``tokens`` (this chapter's bytes; a byte is a token here).
     ``published`` defaults to :data:`PUBLISHED_SCALE`."""
-    params = _int(params, "params")
-    tokens = _int(tokens, "tokens")
+    params = check_int(params, "params", 1)
+    tokens = check_int(tokens, "tokens", 1)
     published = PUBLISHED_SCALE if published is None else published
     if not isinstance(published, Mapping) or not published:
         raise ValueError("published must be a non-empty mapping of paper -> {params, active, tokens}")
@@ -129,20 +130,6 @@ def scale_ratios(params: int, tokens: int, published: Mapping | None = None) -> 
         out[name] = {"params": values["params"] / params, "active": values["active"] / params,
                      "tokens": values["tokens"] / tokens}
     return out
-
-
-def _int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return operator.index(value)
-
-
-def _number(value, name: str, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} finite "
-                         f"number, got {value!r}")
-    return float(value)
 
 
 def _check_mixer(mixer) -> str:
@@ -166,7 +153,7 @@ class TextModelConfig:
 
     def __post_init__(self):
         for name in ("n_layer", "d_model", "n_head", "context", "max_context", "chunk_size"):
-            _int(getattr(self, name), name)
+            check_int(getattr(self, name), name, 1)
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.max_context % self.context:
@@ -200,18 +187,15 @@ class TextTrainConfig:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "eval_every", "curve_windows", "eval_windows"):
-            _int(getattr(self, name), name)
-        _int(self.warmup, "warmup", 0)
-        _number(self.lr, "lr")
-        _number(self.weight_decay, "weight_decay", allow_zero=True)
-        _number(self.grad_clip, "grad_clip")
+            check_int(getattr(self, name), name, 1)
+        check_int(self.warmup, "warmup", 0)
+        check_finite_number(self.lr, "lr", 1)
+        check_finite_number(self.weight_decay, "weight_decay", 1, allow_zero=True)
+        check_finite_number(self.grad_clip, "grad_clip", 1)
 
     def lr_at(self, step: int) -> float:
-        """Learning rate at ``step`` (0-based): linear warm-up, then cosine decay to ``lr / 10``."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
-        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+        """Learning rate at ``step`` (0-based): :func:`gpt2k3.recall.warmup_cosine_lr`."""
+        return warmup_cosine_lr(step, self.lr, self.warmup, self.steps)
 
     def curve_steps(self) -> list[int]:
         """Steps (counts of updates done) at which the validation curve is scored."""
@@ -224,7 +208,7 @@ class GeluMLP(nn.Module):
 
     def __init__(self, config: GPTConfig, hidden: int):
         super().__init__()
-        _int(hidden, "hidden")
+        check_int(hidden, "hidden", 1)
         self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.gelu = nn.GELU(approximate="tanh")
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
@@ -288,8 +272,8 @@ class ConvMixer(nn.Module):
         if not isinstance(inner, nn.Module) or not hasattr(inner, "new_cache"):
             raise ValueError("inner must be a token-mixing layer (an nn.Module with new_cache)")
         self.inner = inner
-        self.channels = _int(channels, "channels")
-        self.kernel_size = _int(kernel_size, "kernel_size", 2)
+        self.channels = check_int(channels, "channels", 1)
+        self.kernel_size = check_int(kernel_size, "kernel_size", 2)
         weight = torch.zeros(self.channels, 1, self.kernel_size)
         weight[:, 0, -1] = 1.0
         self.conv_weight = nn.Parameter(weight)
@@ -334,7 +318,7 @@ def _check_sizes(mixer: str, sizes: Mapping | None) -> dict:
     if any(k not in allowed for k in sizes):
         raise ValueError(f"sizes for {mixer!r} may set only {allowed}, got {sorted(sizes)}")
     for k, v in sizes.items():
-        _int(v, f"sizes[{k!r}]")
+        check_int(v, f"sizes[{k!r}]", 1)
     return sizes
 
 
@@ -412,7 +396,7 @@ def build_model(mixer: str, model: TextModelConfig = TextModelConfig(), seed: in
         raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
     sizes = matched_sizes(mixer, model) if sizes is None else _check_sizes(mixer, sizes)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(_int(seed, "seed", 0))
+        torch.manual_seed(check_int(seed, "seed", 0))
         return _build(mixer, model, sizes)
 
 
@@ -456,7 +440,7 @@ def mixer_names(model: GPT) -> list[str]:
 def position_bins(length: int) -> list[tuple[int, int]]:
     """Bins ``[lo, hi)`` of positions ``0 .. length - 1`` for per-position curves: one per
     position up to 4, then edges at powers of two and 1.5 times them (log-spaced)."""
-    length = _int(length, "length")
+    length = check_int(length, "length", 1)
     edges = {0, 1, 2, 3, 4, length}
     p = 4
     while p < length:
@@ -493,7 +477,7 @@ def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) 
                          f"{model.config.block_size}"
                          + (" (its learned position table has no rows beyond)"
                             if model.config.position == "learned" else ""))
-    _int(batch, "batch")
+    check_int(batch, "batch", 1)
     was_training = model.training
     model.eval()
     total = torch.zeros(x.shape[1], dtype=torch.float64)
@@ -522,7 +506,7 @@ def evaluate(model: GPT, windows: tuple[torch.Tensor, torch.Tensor],
     x, y = windows
     out: dict[int, torch.Tensor | None] = {}
     for length in lengths:
-        length = _int(length, "length")
+        length = check_int(length, "length", 1)
         if x.shape[1] % length:
             raise ValueError(f"lengths must divide the window length {x.shape[1]}, got {length}")
         if length > model.config.block_size:
@@ -539,7 +523,7 @@ def decode_bytes(model: GPT, idx: torch.Tensor, lengths: Sequence[int]) -> dict[
     model's own dtype. A length past ``block_size`` gives ``None``."""
     if not isinstance(model, GPT):
         raise ValueError(f"model must be a GPT, got {type(model).__name__}")
-    lengths = sorted({_int(n, "length") for n in lengths})
+    lengths = sorted({check_int(n, "length", 1) for n in lengths})
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[0] != 1 \
             or idx.shape[1] < lengths[-1]:
         raise ValueError(f"idx must be a (1, T) tensor with T >= {lengths[-1]}, got "
@@ -591,9 +575,9 @@ def sample(model: GPT, prompt: str, max_new_tokens: int, temperature: float = 0.
         raise ValueError(f"model must be a GPT, got {type(model).__name__}")
     if not isinstance(prompt, str) or not prompt:
         raise ValueError(f"prompt must be a non-empty str, got {prompt!r}")
-    n = _int(max_new_tokens, "max_new_tokens", 0)
-    temperature = _number(temperature, "temperature", allow_zero=True)
-    seed = _int(seed, "seed", 0)
+    n = check_int(max_new_tokens, "max_new_tokens", 0)
+    temperature = check_finite_number(temperature, "temperature", 1, allow_zero=True)
+    seed = check_int(seed, "seed", 0)
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     idx = _text.encode(prompt)[None]
@@ -696,8 +680,8 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
         raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
     if not isinstance(config, TextTrainConfig):
         raise ValueError(f"config must be a TextTrainConfig, got {type(config).__name__}")
-    seed = _int(seed, "seed", 0)
-    n_steps = config.steps if until is None else _int(until, "until")
+    seed = check_int(seed, "seed", 0)
+    n_steps = config.steps if until is None else check_int(until, "until", 1)
     if n_steps > config.steps:
         raise ValueError(f"until must be <= config.steps = {config.steps}, got {until}")
     if callback is not None and not callable(callback):
@@ -707,7 +691,7 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
         return _train(mixer, train_data, val_data, model, config, seed, callback, n_steps,
                       final_eval, sample_args)
     before = torch.get_num_threads()
-    torch.set_num_threads(_int(threads, "threads"))
+    torch.set_num_threads(check_int(threads, "threads", 1))
     try:
         return _train(mixer, train_data, val_data, model, config, seed, callback, n_steps,
                       final_eval, sample_args)
