@@ -3,8 +3,8 @@
 On the CPU (the default) the script times, side by side in the same process, for batch 1,
 4 heads and head dimension 64 (float32):
 
-* **recurrent** -- :func:`gpt2k3.mixers.delta.recurrent`, the definition, token by token;
-* **chunkwise** -- :func:`gpt2k3.mixers.delta.chunkwise` at chunk sizes 32 and 64;
+* **recurrent** -- :func:`gpt2k3.ops.delta.recurrent`, the definition, token by token;
+* **chunkwise** -- :func:`gpt2k3.ops.delta.chunkwise` at chunk sizes 32 and 64;
 * **fla_naive_chunkwise** -- flash-linear-attention's pure-PyTorch chunkwise reference
   (``fla/ops/delta_rule/naive.py``, loaded by file path as the tests load it; it needs ``T`` to
   be a multiple of its chunk size, 64 here),
@@ -49,8 +49,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # fla_oracle: fla's naive references by file path
 from _common import machine, rounds, sync, write  # noqa: E402
 
-from gpt2k3._validate import compute_dtype  # noqa: E402
-from gpt2k3.mixers import _chunked, delta  # noqa: E402
+from gpt2k3.checks import compute_dtype  # noqa: E402
+from gpt2k3.ops import _chunked, delta  # noqa: E402
 
 
 def inputs(B, H, T, D, device, dtype=torch.float32, seed=0):

@@ -5,8 +5,8 @@ context lengths N = 1, 2, 4, ..., 65,536, the script times, side by side in the 
 
 * **KV cache** -- write the new key and value into preallocated key and value buffers holding
   N - 1 earlier positions, then one query attends over all N with
-  :func:`gpt2k3.mixers.softmax.parallel` (``Tq = 1``: two matrix products).  O(N D) per step.
-* **linear state** -- :func:`gpt2k3.mixers.linear.decode_step` after the ``elu1`` feature map:
+  :func:`gpt2k3.ops.softmax.parallel` (``Tq = 1``: two matrix products).  O(N D) per step.
+* **linear state** -- :func:`gpt2k3.ops.linear.decode_step` after the ``elu1`` feature map:
   update ``(S, z)`` and read it.  O(D^2) per step, whatever N is.
 
 Both are timed *after* argument validation (their cores ``softmax._attend`` and
@@ -20,9 +20,9 @@ read all N cached positions once more per step and blur what is being compared.
 At every N the two decode steps are sampled alternately, so their ratio is measured under the
 same conditions; every time is the median of ``--repeats`` samples, each sample averaging
 enough calls to last at least ``--min-time`` seconds.  From the per-step times the script
-derives the crossover N where the state starts to win (:func:`gpt2k3.figures.linear.crossover_n`)
+derives the crossover N where the state starts to win (:func:`gpt2k3.book.figures.linear.crossover_n`)
 and the total time to generate N tokens with each method
-(:func:`gpt2k3.figures.linear.generation_totals`: the sum of the step times at contexts
+(:func:`gpt2k3.book.figures.linear.generation_totals`: the sum of the step times at contexts
 1..N), and checks those sums against generating ``--direct-n`` tokens end to end.  It also
 times the rest of a GPT-2-style block for one token (LayerNorms, the q/k/v and output
 projections, the MLP at ``n_embd = heads * D``), the per-token cost that no attention variant
@@ -53,9 +53,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, calibrated_medians, machine, write  # noqa: E402
 
-from gpt2k3.figures.linear import crossover_n, generation_totals  # noqa: E402
-from gpt2k3.gpt2 import Block, GPTConfig  # noqa: E402
-from gpt2k3.mixers import linear, softmax  # noqa: E402
+from gpt2k3.book.figures.linear import crossover_n, generation_totals  # noqa: E402
+from gpt2k3.model import Block
+from gpt2k3.config import GPTConfig  # noqa: E402
+from gpt2k3.ops import linear, softmax  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

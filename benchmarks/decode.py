@@ -8,9 +8,9 @@ decoder, Hugging Face -- against the memory-bandwidth bound.
 
 All five generators decode greedily from the same random GPT-2 small weights (Hugging Face's
 ``GPT2LMHeadModel`` is built first and its state dict loaded into ours), so they produce the
-same tokens; the script checks that. The reference decoders are ``gpt2k3.gpt2.generate``
+same tokens; the script checks that. The reference decoders are ``gpt2k3.model.generate``
 (chapter 2's loop) without a cache, with the seed's concatenating cache and with the
-preallocated ``KVCache``; the fast decoder is ``gpt2k3.gpt2.FastDecoder`` (weights packed once
+preallocated ``KVCache``; the fast decoder is ``gpt2k3.models.gpt2_fast.FastDecoder`` (weights packed once
 into the layout that streams fastest, preallocated buffers, no per-step bookkeeping). For each,
 tokens/s is the median over ``--runs`` runs of prompt + ``--new-tokens`` greedy tokens. The
 runs are interleaved -- every round runs each generator once, in turn -- so a busy moment on a
@@ -39,7 +39,7 @@ cache at long context**.  A narrow model (4 layers, 256 wide, a 512-token vocabu
 step reads far more cache than weights) gets a cache filled with N random positions (8K, 16K
 and 32K; the contents do not change the cost, and no O(N^2) prefill is run) and then decodes
 ``--concat-steps`` one-token steps through ``model(token, cache=cache)`` -- the decode step of
-``gpt2k3.gpt2.generate`` -- with each cache, the two sampled in turn, every run from a freshly
+``gpt2k3.model.generate`` -- with each cache, the two sampled in turn, every run from a freshly
 filled cache, median of ``--concat-runs`` runs; the attention's finiteness checks are skipped
 (:func:`finite_checks_skipped`).  Each row also holds the cache traffic of those steps
 (:func:`gpt2k3.accounting.decode.decode_cache_traffic`), its ratio, the time that traffic plus
@@ -73,8 +73,10 @@ from _common import machine, median, read_bandwidth, sync, write  # noqa: E402
 
 from gpt2k3.accounting.decode import decode_bytes, decode_cache_traffic  # noqa: E402
 from gpt2k3.archs import spec_from_gpt_config  # noqa: E402
-from gpt2k3.gpt2 import GPT, FastDecoder, GPTConfig, generate  # noqa: E402
-from gpt2k3.kv_cache import concat_cache  # noqa: E402
+from gpt2k3.model import GPT, generate
+from gpt2k3.models.gpt2_fast import FastDecoder
+from gpt2k3.config import GPTConfig  # noqa: E402
+from gpt2k3.cache import concat_cache  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FAST = "fast decoder"
@@ -179,7 +181,7 @@ def bench_generators(args, device, dtype) -> dict:
             "fast / bandwidth bound": fast_tps / bound_tps,
         },
         "fast_decoder": {
-            "name": "gpt2k3.gpt2.FastDecoder",
+            "name": "gpt2k3.models.gpt2_fast.FastDecoder",
             "tokens_per_s": fast_tps,
             "runs_seconds": fast_runs,
             "pack_seconds": pack_seconds,
@@ -299,15 +301,15 @@ def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
 
 @contextmanager
 def finite_checks_skipped(skip: bool = True):
-    """Within the block, :func:`gpt2k3._validate.check_finite` checks nothing.
+    """Within the block, :func:`gpt2k3.checks.check_finite` checks nothing.
 
-    The model's attention validates its inputs (:func:`gpt2k3.mixers.softmax.parallel`), and
+    The model's attention validates its inputs (:func:`gpt2k3.ops.softmax.parallel`), and
     the finiteness check scans every cached key and value on every decode step -- several
     passes over the whole cache, the same for both caches, that no production decoder makes
     and that would swamp the difference this sweep measures.  The results record whether the
     checks were skipped.
     """
-    import gpt2k3._validate as validate
+    import gpt2k3.checks as validate
 
     saved = validate.check_finite
     if skip:

@@ -6,7 +6,7 @@ included) for chapter 6 to read:
 1. **Oracles.** flash-linear-attention's pure-PyTorch references (``fla/ops/gated_delta_rule/
    naive.py`` and ``fla/ops/kda/naive.py`` of the ``fla-core`` package, loaded by file path
    with ``tests/fla_oracle.py`` because ``import fla.ops`` needs Triton), in their ``(B, T, H, D)`` layout with
-   ``scale=1.0``, against ``gpt2k3.mixers.gated_delta``'s ``recurrent`` and ``chunkwise``: the
+   ``scale=1.0``, against ``gpt2k3.ops.gated_delta``'s ``recurrent`` and ``chunkwise``: the
    largest absolute differences of the outputs and final states in float32 (the references
    compute in float32 whatever they are given), for moderate decays and (against their
    token-by-token reference) for decays down to ``g = log_alpha = -20``. Their chunked references are run only with moderate decays: they
@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # fla_oracle: fla's naive refere
 from _common import machine, rounds, time_once, write  # noqa: E402
 from fla_oracle import load_naive  # noqa: E402
 
-from gpt2k3.mixers import delta, gated_delta  # noqa: E402
+from gpt2k3.ops import delta, gated_delta  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- fla references

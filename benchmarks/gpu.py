@@ -10,19 +10,19 @@ budget, ``--budget-s``, runs out, and records what it skipped):
    and 8), for the book's three kinds of decode memory, each eagerly and replayed as one CUDA
    graph (no launch overhead):
 
-   * the **KV cache**: :func:`gpt2k3.mixers.softmax.parallel` with one query (its core after
+   * the **KV cache**: :func:`gpt2k3.ops.softmax.parallel` with one query (its core after
      validation, ``softmax._attend``) over preallocated key and value buffers (32 heads x 128,
      bf16), the new token written at ``N - 1``: reads ``2 N H D`` numbers;
-   * the **MLA latent cache**: :meth:`gpt2k3.mixers.mla.MLA.decode_absorbed`, one DeepSeek-V3
-     layer on a :class:`~gpt2k3.mixers.mla.LatentCache` (the whole layer, projections included:
+   * the **MLA latent cache**: :meth:`gpt2k3.layers.mla.MLA.decode_absorbed`, one DeepSeek-V3
+     layer on a :class:`~gpt2k3.layers.mla.LatentCache` (the whole layer, projections included:
      its weights are read every step), and its attention alone (absorbed query against the
      cached latents, softmax, averaged latent), which reads ``N (r + d_rope)`` numbers;
-   * a **fixed recurrent state**: one token of :func:`gpt2k3.mixers.gated_delta.recurrent` with a
+   * a **fixed recurrent state**: one token of :func:`gpt2k3.ops.gated_delta.recurrent` with a
      KDA gate (32 heads, 128 x 128 float32 state) -- constant in N.
 
 2. ``gates_cuda.json`` -- the training-form forward at T = 4K ... 64K (batch 1, 16 heads, D = 128):
-   the book's :func:`~gpt2k3.mixers.delta.chunkwise` DeltaNet and
-   :func:`~gpt2k3.mixers.gated_delta.chunkwise` Gated DeltaNet and KDA (float32 compute with TF32
+   the book's :func:`~gpt2k3.ops.delta.chunkwise` DeltaNet and
+   :func:`~gpt2k3.ops.gated_delta.chunkwise` Gated DeltaNet and KDA (float32 compute with TF32
    matmuls, from bf16 inputs; eagerly and with the whole chunked core captured in one CUDA graph)
    against flash-linear-attention's Triton kernels (``fla.ops``: ``chunk_delta_rule``,
    ``chunk_gated_delta_rule``, ``chunk_kda``; bf16) and causal softmax attention
@@ -67,9 +67,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # chunkwise.py's fla_oracle impo
 import _common  # noqa: E402
 from _common import machine, rounds, write  # noqa: E402
 
-from gpt2k3._validate import compute_dtype  # noqa: E402
-from gpt2k3.mixers import _chunked, delta, gated_delta, softmax  # noqa: E402
-from gpt2k3.mixers.mla import MLA, MLAConfig  # noqa: E402
+from gpt2k3.checks import compute_dtype  # noqa: E402
+from gpt2k3.ops import _chunked, delta, gated_delta, softmax  # noqa: E402
+from gpt2k3.layers.mla import MLA, MLAConfig  # noqa: E402
 
 
 # --------------------------------------------------------------------------- plumbing

@@ -4,7 +4,7 @@
     python benchmarks/mqar.py --quick      # a smoke run (well under a minute), written to mqar_quick.json
 
 For each mixer (softmax, linear attention, DeltaNet, Gated DeltaNet, KDA) and seed, one tiny
-GPT (:mod:`gpt2k3.recall`) is trained on a mixture of MQAR tasks (:mod:`gpt2k3.tasks`), one per
+GPT (:mod:`gpt2k3.experiments.recall`) is trained on a mixture of MQAR tasks (:mod:`gpt2k3.experiments.mqar`), one per
 number of key-value pairs in ``--pairs``, and scored on held-out sequences of each task at a few
 checkpoints. The pair counts run past the head dimension ``D`` (= d_model / n_head), the number
 of keys one head's ``D x D`` state can keep apart exactly.
@@ -27,8 +27,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, write  # noqa: E402
 
-from gpt2k3.recall import MIXERS, ModelConfig, TrainConfig, sweep_results, train  # noqa: E402
-from gpt2k3.tasks import MQARConfig  # noqa: E402
+from gpt2k3.experiments.recall import MIXERS, ModelConfig, TrainConfig, sweep_results, train  # noqa: E402
+from gpt2k3.experiments.mqar import MQARConfig  # noqa: E402
 
 FULL = dict(pairs=(4, 8, 16, 32), seeds=3, steps=TrainConfig().steps)
 QUICK = dict(pairs=(2, 4), seeds=1, steps=40)

@@ -4,10 +4,10 @@
     python benchmarks/text_lm.py --quick         # a smoke run (about a minute), written to text_lm_quick.json
     nice -n 19 python benchmarks/text_lm.py --mixers k3 --update   # rerun one model after its code changed
 
-For each model of :data:`gpt2k3.text_lm.MIXERS` (GPT-2, softmax and linear attention behind a
+For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2, softmax and linear attention behind a
 short convolution, DeltaNet, Gated DeltaNet, KDA, the 3:1 KDA:softmax hybrid, the tiny Kimi K3) and each seed, one
 small decoder at GPT-2's parameter count is trained on the same number of bytes of the
-training books and scored on the held-out books (:mod:`gpt2k3.text`): validation bits per byte
+training books and scored on the held-out books (:mod:`gpt2k3.experiments.corpus`): validation bits per byte
 at the training length and at 4x and 8x of it, per position, the cache it keeps per sequence,
 its training throughput, and a sample written with a seeded generator.
 
@@ -33,8 +33,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine, write  # noqa: E402
 
-from gpt2k3 import text, text_lm  # noqa: E402
-from gpt2k3.text_lm import MIXERS, TextModelConfig, TextTrainConfig  # noqa: E402
+from gpt2k3.experiments import corpus as text, text_lm  # noqa: E402
+from gpt2k3.experiments.text_lm import MIXERS, TextModelConfig, TextTrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "src" / "gpt2k3" / "checkpoints" / text_lm.CHECKPOINT

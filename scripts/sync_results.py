@@ -1,10 +1,10 @@
 """Copy the benchmark results the chapters read into the package, so they travel with it.
 
-    python scripts/sync_results.py           # copy benchmarks/results -> src/gpt2k3/results_data
+    python scripts/sync_results.py           # copy benchmarks/results -> src/gpt2k3/book/results_data
     python scripts/sync_results.py --check   # exit 1 (and say what differs) if the copy is stale
 
-The benchmark scripts write ``benchmarks/results/``; :func:`gpt2k3.results.load` reads that
-folder in a checkout and falls back to ``gpt2k3/results_data`` (package data) anywhere else,
+The benchmark scripts write ``benchmarks/results/``; :func:`gpt2k3.book.results.load` reads that
+folder in a checkout and falls back to ``gpt2k3/book/results_data`` (package data) anywhere else,
 which is how a chapter runs in Colab or any install, offline.  Run this after a benchmark
 run; ``tests/test_results.py`` fails while the packaged copy differs from the checkout's.
 Copied: every ``*.json`` and ``*.csv`` file, except quick runs (``*quick*``, which
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "benchmarks" / "results"
-TARGET = ROOT / "src" / "gpt2k3" / "results_data"
+TARGET = ROOT / "src" / "gpt2k3" / "book" / "results_data"
 SUFFIXES = (".json", ".csv")
 
 

@@ -5,7 +5,8 @@ import torch
 
 from gpt2k3.accounting import COMPONENTS, ArchSpec, count_params, kv_cache_bytes
 from gpt2k3.archs import GPT2_FAMILY, GPT2_SMALL, K3_TOTAL_PARAMS, spec_from_gpt_config
-from gpt2k3.gpt2 import GPT, GPTConfig
+from gpt2k3.model import GPT
+from gpt2k3.config import GPTConfig
 
 
 def _config(spec):
@@ -97,18 +98,9 @@ def test_the_headline_ratio():
 
 # ----------------------------------------------------------------------------- chapter 7:
 # MLA, MoE, linear-state layers, cache / state bytes, bytes moved and FLOPs per token
-from gpt2k3.accounting import (  # noqa: E402
-    DETAIL_COMPONENTS,
-    ParamCount,
-    decode_bytes_per_token,
-    flops_per_token,
-    hybrid_layers,
-    kv_numbers_per_layer,
-    kv_numbers_per_token,
-    mla_decode_costs,
-    state_bytes,
-    state_numbers_per_layer,
-)
+from gpt2k3.accounting import (DETAIL_COMPONENTS, ParamCount, decode_bytes_per_token,
+    flops_per_token, hybrid_layers, kv_numbers_per_layer, kv_numbers_per_token, mla_decode_costs,
+    state_bytes, state_numbers_per_layer)
 from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B, MOE_MODELS, PUBLISHED  # noqa: E402
 
 ALL_SPECS = (*GPT2_FAMILY, *MOE_MODELS)
@@ -366,7 +358,7 @@ def test_mla_and_moe_fields_are_ignored_by_other_kinds():
 
 
 def test_param_components_figure():
-    from gpt2k3.figures import PARAM_SPECS, param_components
+    from gpt2k3.book.figures import PARAM_SPECS, param_components
 
     fig = param_components(active=3)
     (slider,) = fig.layout.sliders
@@ -390,7 +382,7 @@ def test_param_components_figure():
 def test_moe_explorer_keeps_top_k_within_the_experts_and_redraws():
     import plotly.graph_objects as go
 
-    from gpt2k3.widgets import moe_explorer
+    from gpt2k3.book.widgets import moe_explorer
 
     box = moe_explorer()
     c = box.controls
@@ -412,24 +404,9 @@ def test_moe_explorer_keeps_top_k_within_the_experts_and_redraws():
 import math  # noqa: E402
 
 from gpt2k3.archs import GPT2_XL  # noqa: E402
-from gpt2k3.accounting import (  # noqa: E402
-    H200,
-    H200_BAND,
-    H200_MEASURED,
-    H200_MEASUREMENTS,
-    STATE_DTYPE_BYTES,
-    Hardware,
-    ServingPlan,
-    devices_needed,
-    max_batch,
-    memory_per_sequence,
-    plan_roofline,
-    roofline,
-    roofline_band,
-    serving_memory,
-    serving_plan,
-    weights_read_per_step,
-)
+from gpt2k3.accounting import (H200, H200_BAND, H200_MEASURED, H200_MEASUREMENTS,
+    STATE_DTYPE_BYTES, Hardware, ServingPlan, devices_needed, max_batch, memory_per_sequence,
+    plan_roofline, roofline, roofline_band, serving_memory, serving_plan, weights_read_per_step)
 
 
 def test_h200_is_the_datasheet_and_the_band_brackets_it_with_the_measurement():
@@ -460,7 +437,7 @@ def test_h200_is_the_datasheet_and_the_band_brackets_it_with_the_measurement():
 
 
 def test_h200_measurements_are_the_copied_results_file():
-    from gpt2k3 import results
+    from gpt2k3.book import results
 
     anchor = results.load(H200_MEASUREMENTS["file"])
     assert anchor["device"] == "NVIDIA H200"
@@ -690,7 +667,8 @@ def test_expert_bytes_default_to_the_weight_format():
 
 def test_distinct_experts_distribution_has_the_closed_form_mean():
     from gpt2k3.accounting.decode import expected_distinct_experts
-    from gpt2k3.accounting.serving import _distinct_experts_distribution as distinct_experts_distribution
+    from gpt2k3.accounting.serving import (
+        _distinct_experts_distribution as distinct_experts_distribution)
     for e, k, b in ((896, 16, 1), (896, 16, 64), (8, 2, 3), (5, 5, 2)):
         p = distinct_experts_distribution(e, k, b)
         assert sum(p) == pytest.approx(1.0, abs=1e-9)
@@ -720,7 +698,8 @@ def test_expected_busiest_experts_exact_small_cases():
 def test_expected_busiest_experts_matches_sampling_and_bounds():
     from gpt2k3.accounting.decode import expected_distinct_experts
     from gpt2k3.accounting.serving import _busiest_experts as expected_busiest_experts
-    from gpt2k3.accounting.serving import _busiest_experts_sampled as expected_busiest_experts_sampled
+    from gpt2k3.accounting.serving import (
+        _busiest_experts_sampled as expected_busiest_experts_sampled)
     for e, k, b, n in ((896, 16, 1, 56), (896, 16, 64, 176), (64, 6, 4, 8)):
         exact = expected_busiest_experts(e, k, b, n)
         sampled = expected_busiest_experts_sampled(e, k, b, n, trials=300, seed=1)

@@ -240,27 +240,27 @@ def case(qualname, make, call=None, aliases=None, /, **bad):
 # --- display -----------------------------------------------------------------------------
 
 for _f in ("fmt_bytes", "fmt_decimal_bytes", "fmt_gb", "fmt_count"):
-    case(f"display.{_f}", {"n": 1536},
+    case(f"book.display.{_f}", {"n": 1536},
          n=st.one_of(NON_FINITE, NOT_NUMBER, st.just(True)) if _f != "fmt_bytes" else
          st.one_of(NON_FINITE, NOT_NUMBER, st.just(True), st.floats(max_value=-1e-3,
                                                                     allow_nan=False)))
-case("display.fmt_count", {"n": 1536, "sign": True}, sign=bad_bool())
-case("display.sig", {"x": 1234.5, "digits": 3}, x=st.one_of(NOT_NUMBER, st.just(True)),
+case("book.display.fmt_count", {"n": 1536, "sign": True}, sign=bad_bool())
+case("book.display.sig", {"x": 1234.5, "digits": 3}, x=st.one_of(NOT_NUMBER, st.just(True)),
      digits=bad_pos_int())
-case("display.bound", {"difference": 1e-7, "tol": 1e-5},
+case("book.display.bound", {"difference": 1e-7, "tol": 1e-5},
      tol=bad_pos_float(), difference=st.one_of(st.none(), st.just("abc"), st.just([1.0])))
-case("display.md_table", {"headers": ["a", "b"], "rows": [[1, 2]]},
+case("book.display.md_table", {"headers": ["a", "b"], "rows": [[1, 2]]},
      headers=st.one_of(st.none(), st.just(3), st.just("ab")),
      rows=st.one_of(st.none(), st.just(3), st.just([[1]]), st.just([1, 2])))
-case("display.glue", {"name": "x", "value": 1.0},
+case("book.display.glue", {"name": "x", "value": 1.0},
      name=st.one_of(st.none(), st.just(3), st.just("")))
 
 # --- results -------------------------------------------------------------------------------
 
 _bad_names = st.sampled_from(["/etc/passwd", "../pyproject.toml", "..", "", "a/b.json",
                               ".hidden", "x\0y", "C:\\x"]) | st.one_of(st.none(), st.just(3))
-case("results.exists", {"name": "mqar.json"}, name=_bad_names)
-case("results.load", {"name": "mqar.json"}, name=_bad_names, missing_ok=bad_bool())
+case("book.results.exists", {"name": "mqar.json"}, name=_bad_names)
+case("book.results.load", {"name": "mqar.json"}, name=_bad_names, missing_ok=bad_bool())
 
 # --- accounting ----------------------------------------------------------------------------
 
@@ -396,9 +396,9 @@ _beta = st.one_of(bad_tensor((B, H, T)), st.just(torch.full((B, H, T), 2.5)),
                   st.just(torch.full((B, H, T), -0.1)))
 _state = bad_tensor((B, H, D, D), optional=True)
 _chunk = bad_pos_int()
-for _name in ("delta.recurrent", "delta.chunkwise", "delta.seed_one_shot"):
+for _name in ("ops.delta.recurrent", "ops.delta.chunkwise", "seed.seed_one_shot"):
     extra = {"chunk_size": _chunk} if _name.endswith("chunkwise") else {}
-    case(f"mixers.{_name}", _qkvb, q=_seq, k=_seq, v=_seq, beta=_beta, initial_state=_state,
+    case(_name, _qkvb, q=_seq, k=_seq, v=_seq, beta=_beta, initial_state=_state,
          **extra)
 
 
@@ -414,7 +414,7 @@ _g = st.one_of(bad_tensor((B, H, T)), st.just(torch.full((B, H, T), 0.5)))
 for _name in ("gated_delta.recurrent", "gated_delta.chunkwise"):
     extra = {"chunk_size": _chunk} if _name.endswith("chunkwise") else {}
     for kda in (False, True):
-        case(f"mixers.{_name}", _gated(kda), q=_seq, k=_seq, v=_seq, beta=_beta, g=_g,
+        case(f"ops.{_name}", _gated(kda), q=_seq, k=_seq, v=_seq, beta=_beta, g=_g,
              initial_state=_state, **extra)
 
 
@@ -429,10 +429,10 @@ def _kvb():
 
 
 for _mod in ("delta", "wy"):
-    case(f"mixers.{_mod}.householder_product", _kb, k=_seq, beta=_beta)
-    case(f"mixers.{_mod}.ut_transform", _kb, k=_seq, beta=_beta)
-    case(f"mixers.{_mod}.wy_representation", _kvb, k=_seq, v=_seq, beta=_beta)
-    case(f"mixers.{_mod}.chunkwise_cost", {"T": 4096, "chunk_size": 64}, T=_batch,
+    case(f"ops.{_mod}.householder_product", _kb, k=_seq, beta=_beta)
+    case(f"ops.{_mod}.ut_transform", _kb, k=_seq, beta=_beta)
+    case(f"ops.{_mod}.wy_representation", _kvb, k=_seq, v=_seq, beta=_beta)
+    case(f"ops.{_mod}.chunkwise_cost", {"T": 4096, "chunk_size": 64}, T=_batch,
          chunk_size=_batch, d_k=_batch, d_v=bad_pos_int(optional=True))
 
 
@@ -445,8 +445,8 @@ for _name in ("parallel", "recurrent", "chunkwise", "seed_prefill"):
     extra = {"chunk_size": _chunk} if _name == "chunkwise" else {}
     if _name != "seed_prefill":
         extra["normalize"] = bad_bool()
-    case(f"mixers.linear.{_name}", _lin, q=_seq, k=_seq, v=_seq, eps=bad_pos_float(), **extra)
-case("mixers.linear.elu1", lambda: {"x": randn(2, 3)},
+    case("seed.seed_prefill" if _name == "seed_prefill" else f"ops.linear.{_name}", _lin, q=_seq, k=_seq, v=_seq, eps=bad_pos_float(), **extra)
+case("ops.linear.elu1", lambda: {"x": randn(2, 3)},
      x=st.one_of(st.none(), st.just(3.0), st.just(torch.zeros(2, dtype=torch.long))))
 
 
@@ -456,7 +456,7 @@ def _lin_step():
 
 
 _step = bad_tensor((B, H, 1, D))
-case("mixers.linear.decode_step", _lin_step, None, {"q_t": ("q",), "k_t": ("k",), "v_t": ("v",)},
+case("ops.linear.decode_step", _lin_step, None, {"q_t": ("q",), "k_t": ("k",), "v_t": ("v",)},
      q_t=_step, k_t=_step, v_t=_step,
      eps=bad_pos_float())
 
@@ -466,10 +466,10 @@ def _soft():
             "v": randn(B, H, T, D, seed=3)}
 
 
-case("mixers.softmax.parallel", _soft, q=_seq, k=_seq, v=_seq, scale=bad_pos_float(True),
+case("ops.softmax.parallel", _soft, q=_seq, k=_seq, v=_seq, scale=bad_pos_float(True),
      dropout_p=bad_prob())
-case("mixers.softmax.recurrent", _soft, q=_seq, k=_seq, v=_seq, scale=bad_pos_float(True))
-case("mixers.softmax.causal_mask", {"t": 3, "past": 2}, t=bad_nonneg_int(), past=bad_nonneg_int())
+case("ops.softmax.recurrent", _soft, q=_seq, k=_seq, v=_seq, scale=bad_pos_float(True))
+case("ops.softmax.causal_mask", {"t": 3, "past": 2}, t=bad_nonneg_int(), past=bad_nonneg_int())
 
 
 def _mla_cfg(**kw):
@@ -479,23 +479,23 @@ def _mla_cfg(**kw):
     return base
 
 
-case("mixers.mla.MLAConfig", _mla_cfg(), d_model=_batch, n_heads=_batch, kv_lora_rank=_batch,
+case("layers.mla.MLAConfig", _mla_cfg(), d_model=_batch, n_heads=_batch, kv_lora_rank=_batch,
      qk_nope_head_dim=_batch, qk_rope_head_dim=st.one_of(st.just(3), _batch),
      v_head_dim=_batch, rope_theta=bad_pos_float(), max_len=_batch, norm_eps=bad_pos_float())
-case("mixers.mla.LatentCache", {"batch_size": 2, "max_len": 8, "kv_lora_rank": 8,
+case("layers.mla.LatentCache", {"batch_size": 2, "max_len": 8, "kv_lora_rank": 8,
                                 "qk_rope_head_dim": 4},
      batch_size=_batch, max_len=_batch, kv_lora_rank=_batch, qk_rope_head_dim=_batch,
      dtype=st.one_of(st.just(torch.long), st.just("float32"), st.none()))
-case("mixers.mla.RMSNorm", {"dim": 8}, dim=_batch, eps=bad_pos_float())
+case("layers.norms.RMSNorm", {"dim": 8}, dim=_batch, eps=bad_pos_float())
 
 
 def _mla_forward(fn, x):
-    from gpt2k3.mixers.mla import MLA, MLAConfig
+    from gpt2k3.layers.mla import MLA, MLAConfig
     torch.manual_seed(0)
     return MLA(MLAConfig(**_mla_cfg()))(x)
 
 
-case("mixers.mla.MLA", lambda: {"x": randn(2, 5, 32)}, _mla_forward,
+case("layers.mla.MLA", lambda: {"x": randn(2, 5, 32)}, _mla_forward,
      x=st.one_of(bad_tensor((2, 5, 32)), st.just(randn(2, 5, 32, dtype=torch.float64))))
 
 # --- memory, forgetting --------------------------------------------------------------------
@@ -509,91 +509,91 @@ def _kv():
 
 
 _keys = bad_tensor((N, DM), dtype=torch.float64)
-case("memory.random_unit_keys", {"n": 4, "d": 8}, n=bad_nonneg_int(), d=_batch,
+case("experiments.memory.random_unit_keys", {"n": 4, "d": 8}, n=bad_nonneg_int(), d=_batch,
      generator=st.one_of(st.just(3), st.just("seed")), dtype=st.just(torch.long))
-case("memory.orthogonal_keys", {"n": 4, "d": 8}, n=st.one_of(bad_nonneg_int(), st.just(9)),
+case("experiments.memory.orthogonal_keys", {"n": 4, "d": 8}, n=st.one_of(bad_nonneg_int(), st.just(9)),
      d=_batch,
      dtype=st.just(torch.long))
 for _name in ("write_additive", "write_least_squares"):
-    case(f"memory.{_name}", _kv, keys=_keys, values=_keys)
-case("memory.write_delta", _kv, keys=_keys, values=_keys,
+    case(f"experiments.memory.{_name}", _kv, keys=_keys, values=_keys)
+case("experiments.memory.write_delta", _kv, keys=_keys, values=_keys,
      beta=st.one_of(st.just(2.5), st.just(-0.1), NON_FINITE, NOT_NUMBER))
-case("memory.read", lambda: {"S": randn(DM, DM, dtype=torch.float64),
+case("experiments.memory.read", lambda: {"S": randn(DM, DM, dtype=torch.float64),
                              "keys": unit(N, DM, dtype=torch.float64)},
      S=bad_tensor((DM, DM), dtype=torch.float64), keys=_keys)
-case("memory.read_erase_write", lambda: {"S": randn(DM, DM), "k": unit(DM), "v": randn(DM)},
+case("experiments.memory.read_erase_write", lambda: {"S": randn(DM, DM), "k": unit(DM), "v": randn(DM)},
      S=bad_tensor((DM, DM)), k=bad_tensor((DM,)), v=bad_tensor((DM,)),
      beta=st.one_of(st.just(2.5), st.just(-0.1), NON_FINITE, NOT_NUMBER))
 for _name in ("pair_errors", "retrieval_error"):
-    case(f"memory.{_name}", lambda: {**_kv(), "rule": "delta"}, keys=_keys, values=_keys,
+    case(f"experiments.memory.{_name}", lambda: {**_kv(), "rule": "delta"}, keys=_keys, values=_keys,
          rule=bad_str(),
          beta=st.one_of(st.just(2.5), st.just(-0.1), NON_FINITE))
-case("memory.expected_additive_error", {"n": 4, "d": 8}, n=bad_nonneg_int(), d=_batch)
-case("memory.error_curve", {"d": 8, "ns": [1, 4], "trials": 2, "rule": "delta"}, d=_batch,
+case("experiments.memory.expected_additive_error", {"n": 4, "d": 8}, n=bad_nonneg_int(), d=_batch)
+case("experiments.memory.error_curve", {"d": 8, "ns": [1, 4], "trials": 2, "rule": "delta"}, d=_batch,
      ns=st.one_of(st.none(), st.just([0]), st.just([-1]), st.just([1.5]), st.just([])),
      rule=bad_str(), key_kind=bad_str(), trials=_batch, seed=st.one_of(NOT_NUMBER, st.just(1.5)),
      beta=st.one_of(st.just(2.5), NON_FINITE))
-case("memory.error_by_position", {"d": 8, "n": 4, "trials": 2}, d=_batch, n=_batch,
+case("experiments.memory.error_by_position", {"d": 8, "n": 4, "trials": 2}, d=_batch, n=_batch,
      rule=bad_str(), key_kind=bad_str(), trials=_batch)
 
 _FINITE_BAD = st.sampled_from([NAN, INF])  # log_alpha = -inf is allowed: "forget everything"
-case("forgetting.half_life", {"log_alpha": -0.1},
+case("experiments.forgetting.half_life", {"log_alpha": -0.1},
      log_alpha=st.one_of(st.floats(min_value=1e-6, allow_nan=False), _FINITE_BAD, NOT_NUMBER))
-case("forgetting.log_alpha_for_half_life", {"tokens": 10.0}, tokens=bad_pos_float())
-case("forgetting.fact_recall", {"d": 8, "n_tokens": 16, "trials": 2}, d=_batch,
+case("experiments.forgetting.log_alpha_for_half_life", {"tokens": 10.0}, tokens=bad_pos_float())
+case("experiments.forgetting.fact_recall", {"d": 8, "n_tokens": 16, "trials": 2}, d=_batch,
      n_tokens=bad_nonneg_int(), trials=_batch, beta=bad_prob(),
      log_alpha=st.one_of(st.floats(min_value=1e-3, allow_nan=False), _FINITE_BAD, NOT_NUMBER))
-case("forgetting.expected_signal", {"elapsed": [0, 1, 5], "d": 8}, d=_batch,
+case("experiments.forgetting.expected_signal", {"elapsed": [0, 1, 5], "d": 8}, d=_batch,
      elapsed=st.one_of(st.none(), st.just([-1]), st.just([1.5]), st.just(3)), beta=bad_prob(),
      log_alpha=st.one_of(st.floats(min_value=1e-3, allow_nan=False), _FINITE_BAD))
-case("forgetting.recall_by_age", {"d": 8, "n": 8, "trials": 2}, d=_batch, n=_batch,
+case("experiments.forgetting.recall_by_age", {"d": 8, "n": 8, "trials": 2}, d=_batch, n=_batch,
      trials=_batch, rule=bad_str(), beta=st.one_of(st.just(-0.5), st.just(2.5), NON_FINITE),
      log_alpha=st.one_of(st.floats(min_value=1e-3, allow_nan=False), _FINITE_BAD))
-case("forgetting.split_channels", {"d": 8, "keep": 4}, d=_batch,
+case("experiments.forgetting.split_channels", {"d": 8, "keep": 4}, d=_batch,
      keep=st.one_of(st.integers(max_value=-1), st.just(9), st.just(1.5), st.none()))
 
 # --- moe, tasks, recall --------------------------------------------------------------------
 
 _moe_cfg = dict(d_model=16, n_routed_experts=4, n_shared_experts=1, top_k=2, d_expert=8)
-case("moe.MoEConfig", _moe_cfg, d_model=_batch, n_routed_experts=_batch,
+case("layers.moe.MoEConfig", _moe_cfg, d_model=_batch, n_routed_experts=_batch,
      n_shared_experts=bad_nonneg_int(), top_k=st.one_of(_batch, st.just(5)), d_expert=_batch,
      score_func=bad_str(), routed_scaling_factor=bad_pos_float(), n_group=_batch,
      topk_group=_batch)
-case("moe.SwiGLU", {"d_model": 8, "d_hidden": 16}, d_model=_batch, d_hidden=_batch)
+case("layers.mlp.SwiGLU", {"d_model": 8, "d_hidden": 16}, d_model=_batch, d_hidden=_batch)
 
 
 def _moe_forward(fn, x):
-    from gpt2k3.moe import MoEConfig
+    from gpt2k3.layers.moe import MoEConfig
     torch.manual_seed(0)
     return fn(MoEConfig(**_moe_cfg))(x)
 
 
-case("moe.MoE", lambda: {"x": randn(2, 3, 16)}, _moe_forward,
+case("layers.moe.MoE", lambda: {"x": randn(2, 3, 16)}, _moe_forward,
      x=st.one_of(bad_tensor((2, 3, 16)), st.just(randn(2, 3, 16, dtype=torch.float64))))
-case("moe.Router", lambda: {"x": randn(6, 16)}, _moe_forward,
+case("layers.moe.Router", lambda: {"x": randn(6, 16)}, _moe_forward,
      x=st.one_of(bad_tensor((6, 16)), st.just(randn(2, 3, 16)), st.just(randn(6, 17)),
                  st.just(randn(6, 16, dtype=torch.float64))))
 
-case("tasks.MQARConfig", {"n_pairs": 4, "vocab_size": 64}, n_pairs=_batch,
+case("experiments.mqar.MQARConfig", {"n_pairs": 4, "vocab_size": 64}, n_pairs=_batch,
      vocab_size=st.one_of(_batch, st.just(5)), n_queries=st.one_of(st.just(0), st.just(5)),
      seq_len=st.one_of(st.just(3), st.just(-1)), distinct_keys=bad_bool())
 
 
 def _mqar_cfg():
-    from gpt2k3.tasks import MQARConfig
+    from gpt2k3.experiments.mqar import MQARConfig
     return MQARConfig(n_pairs=4, vocab_size=64)
 
 
-case("tasks.mqar", lambda: {"config": _mqar_cfg(), "n_examples": 3}, config=bad_spec(),
+case("experiments.mqar.mqar", lambda: {"config": _mqar_cfg(), "n_examples": 3}, config=bad_spec(),
      n_examples=_batch, seed=st.one_of(st.just(-1), NOT_NUMBER, st.just(1.5)))
 
 
 def _batch_of(n=3):
-    from gpt2k3.tasks import mqar
+    from gpt2k3.experiments.mqar import mqar
     return mqar(_mqar_cfg(), n)
 
 
-case("tasks.as_table", lambda: {"batch": _batch_of(), "config": _mqar_cfg(), "index": 1},
+case("experiments.mqar.as_table", lambda: {"batch": _batch_of(), "config": _mqar_cfg(), "index": 1},
      batch=bad_spec(), config=bad_spec(), index=st.one_of(st.just(3), st.just(-4), NOT_NUMBER))
 
 
@@ -603,28 +603,28 @@ def _masked_make():
 
 
 def _no_query_batch():
-    from gpt2k3.tasks import MQARBatch
+    from gpt2k3.experiments.mqar import MQARBatch
     b = _batch_of()
     return MQARBatch(b.inputs, b.targets, torch.zeros_like(b.mask))
 
 
-case("recall.masked_loss", _masked_make,
+case("experiments.recall.masked_loss", _masked_make,
      logits=st.one_of(st.none(), st.just(torch.zeros(3, 5, 64)), st.just(torch.zeros(3, 64))),
      batch=st.one_of(st.none(), st.builds(_no_query_batch)))
 def _recall_model():
-    from gpt2k3.recall import ModelConfig
+    from gpt2k3.experiments.recall import ModelConfig
     return ModelConfig()
 
 
-case("recall.state_numbers", lambda: {"mixer": "deltanet", "model": _recall_model(),
+case("experiments.recall.state_numbers", lambda: {"mixer": "deltanet", "model": _recall_model(),
                                       "seq_len": 64},
      mixer=bad_str(), seq_len=_batch, model=st.just(3))
-case("recall.ModelConfig", {}, d_model=_batch, n_layer=_batch, n_head=_batch,
+case("experiments.recall.ModelConfig", {}, d_model=_batch, n_layer=_batch, n_head=_batch,
      chunk_size=_batch, conv=bad_str(), conv_size=_batch, gate_init=bad_str(), init=bad_str())
-case("recall.TrainConfig", {}, steps=_batch, batch_size=_batch, lr=bad_pos_float(),
+case("experiments.recall.TrainConfig", {}, steps=_batch, batch_size=_batch, lr=bad_pos_float(),
      weight_decay=st.one_of(st.just(-0.1), NON_FINITE, NOT_NUMBER), warmup=bad_nonneg_int(),
      grad_clip=bad_pos_float(), eval_examples=_batch, checkpoints=_batch)
-case("recall.mixer_factory", {"mixer": "deltanet"}, mixer=bad_str(), model=st.just(3))
+case("experiments.recall.mixer_factory", {"mixer": "deltanet"}, mixer=bad_str(), model=st.just(3))
 
 # --- layers ----------------------------------------------------------------------------------
 
@@ -632,7 +632,7 @@ _E = 16
 
 
 def _cfg():
-    from gpt2k3.gpt2 import GPTConfig
+    from gpt2k3.config import GPTConfig
     return GPTConfig(block_size=64, vocab_size=32, n_layer=1, n_head=2, n_embd=_E)
 
 
@@ -647,37 +647,37 @@ def _layer_forward(fn, x):
 
 _x = st.one_of(bad_tensor((2, 5, _E)), st.just(torch.zeros(0, 5, _E)),
                st.just(torch.zeros(2, 5, _E + 1)))
-for _name in ("delta.DeltaNet", "delta.GatedDeltaNet", "delta.KDA", "linear.LinearAttention"):
+for _name in ("deltanet.DeltaNet", "deltanet.GatedDeltaNet", "deltanet.KDA", "linear_attention.LinearAttention"):
     case(f"layers.{_name}", lambda: {"x": randn(2, 5, _E)}, _layer_forward, x=_x)
-for _name in ("delta.DeltaNet", "delta.GatedDeltaNet", "delta.KDA"):
+for _name in ("deltanet.DeltaNet", "deltanet.GatedDeltaNet", "deltanet.KDA"):
     case(f"layers.{_name}", {}, _layer_ctor, n_head=bad_pos_int(optional=True),
          head_dim=bad_pos_int(optional=True),
          expand_v=bad_pos_float(), conv_size=bad_nonneg_int(), chunk_size=_batch,
          norm_eps=bad_pos_float())
-case("layers.linear.LinearAttention", {}, _layer_ctor, chunk_size=_batch, eps=bad_pos_float())
-case("layers.delta.ShortConv", {"channels": 4}, channels=_batch, kernel_size=_batch)
-case("layers.delta.GatedRMSNorm", {"dim": 4}, dim=_batch, eps=bad_pos_float(),
+case("layers.linear_attention.LinearAttention", {}, _layer_ctor, chunk_size=_batch, eps=bad_pos_float())
+case("layers.conv.ShortConv", {"channels": 4}, channels=_batch, kernel_size=_batch)
+case("layers.norms.GatedRMSNorm", {"dim": 4}, dim=_batch, eps=bad_pos_float(),
      activation=st.one_of(st.just("tanhh"), st.just(3)))
-case("layers.linear.state_nbytes", {"n_layer": 2, "n_head": 2, "head_dim": 8}, n_layer=_batch,
+case("layers.linear_attention.state_nbytes", {"n_layer": 2, "n_head": 2, "head_dim": 8}, n_layer=_batch,
      n_head=_batch, head_dim=_batch, batch=_batch, dtype_bytes=_bytes)
-case("layers.hybrid.hybrid_schedule", {"n_layer": 8, "ratio": 3}, n_layer=_batch,
+case("models.hybrid.hybrid_schedule", {"n_layer": 8, "ratio": 3}, n_layer=_batch,
      ratio=st.one_of(st.integers(max_value=-1), st.just(1.5), st.just("3")))
 
 # --- model core, caches ----------------------------------------------------------------------
 
-case("gpt2.GPTConfig", {"block_size": 16, "vocab_size": 32, "n_layer": 1, "n_head": 2,
+case("config.GPTConfig", {"block_size": 16, "vocab_size": 32, "n_layer": 1, "n_head": 2,
                         "n_embd": 16},
      block_size=_batch, vocab_size=_batch, n_layer=_batch, n_head=_batch,
      n_embd=st.one_of(_batch, st.just(15)), dropout=bad_prob(), position=bad_str())
 
 
 def _model():
-    from gpt2k3.gpt2 import GPT
+    from gpt2k3.model import GPT
     torch.manual_seed(0)
     return GPT(_cfg()).eval()
 
 
-case("gpt2.generate", lambda: {"model": _model(), "idx": torch.zeros(1, 3, dtype=torch.long),
+case("model.generate", lambda: {"model": _model(), "idx": torch.zeros(1, 3, dtype=torch.long),
                                "max_new_tokens": 2, "generator": g()},
      model=bad_spec(), max_new_tokens=bad_nonneg_int(),
      idx=st.one_of(st.just(torch.full((1, 3), 32)), st.just(torch.full((1, 3), -1)),
@@ -685,11 +685,11 @@ case("gpt2.generate", lambda: {"model": _model(), "idx": torch.zeros(1, 3, dtype
                    st.none()),
      temperature=st.one_of(st.floats(max_value=-1e-3, allow_nan=False), NON_FINITE, NOT_NUMBER),
      top_k=st.one_of(st.just(0), st.just(-1), st.just(1.5)))
-case("kv_cache.KVCache", {"batch": 1, "n_head": 2, "max_len": 8, "head_dim": 4}, batch=_batch,
+case("cache.KVCache", {"batch": 1, "n_head": 2, "max_len": 8, "head_dim": 4}, batch=_batch,
      n_head=_batch, max_len=_batch, head_dim=_batch, dtype=st.just(torch.long))
-case("kv_cache.ConcatKVCache", {"batch": 1, "n_head": 2, "head_dim": 4}, batch=_batch,
+case("cache.ConcatKVCache", {"batch": 1, "n_head": 2, "head_dim": 4}, batch=_batch,
      n_head=_batch, head_dim=_batch)
-case("kv_cache.concat_copy_bytes", {"n_layer": 2, "n_embd": 8, "prompt_len": 4, "n_new": 3},
+case("cache.concat_copy_bytes", {"n_layer": 2, "n_embd": 8, "prompt_len": 4, "n_new": 3},
      n_layer=_batch, n_embd=_batch, prompt_len=bad_nonneg_int(), n_new=bad_nonneg_int(),
      dtype_bytes=_bytes)
 case("cache.check_tokens", {"t": 3}, t=bad_nonneg_int())
@@ -711,52 +711,61 @@ def public_modules() -> list[str]:
 #: Public callables not driven with bad input here, by module prefix or full name, and why.
 #: Records (dataclasses a function returns) take no input from a reader.
 NOT_COVERED = {
-    "figures": "figures return plotly figures from accounting/benchmark data; their arguments "
-               "are checked by tests/test_figures_*.py",
-    "widgets": "explorers: checked by the explorer tests below (ranges, redraw, messages)",
-    "book": "Sphinx build hooks, never called by a reader",
+    "book.figures": "figures return plotly figures from accounting/benchmark data; their arguments "
+                    "are checked by tests/test_figures_*.py",
+    "book.widgets": "explorers: checked by the explorer tests below (ranges, redraw, messages)",
+    "book.sphinx": "Sphinx build hooks, never called by a reader",
+    "book.display": "display helpers of the notebooks (tests/test_listings.py, test_figures.py)",
     "oracles": "test oracles (Hugging Face meta-device models), not a reader-facing API",
-    "colab": "Colab bootstrap",
+    "book.colab": "Colab bootstrap",
+    "checks": "the validation module itself: every front door below runs through it",
     "accounting.k3_mechanisms": "chapter 8's plain numbers: tests/test_figures_k3_adds.py checks "
                                 "their arguments (not yet driven by this suite)",
-    "k3": "K3 mechanisms: tests/test_k3_model.py and test_figures_k3_adds.py check their "
-          "arguments (not yet driven by this suite)",
-    "text": "the text corpus: tests/test_text.py checks its arguments (not yet driven here)",
-    "text_lm": "text language models: tests/test_text_lm.py checks its arguments (not yet "
-               "driven here)",
+    "models.k3": "K3 assembly: tests/test_k3_model.py checks its arguments",
+    "layers.residual": "Attention Residuals: tests/test_k3_model.py checks its arguments",
+    "ops.depth": "Attention Residuals' depth mix: tests/test_k3.py checks its arguments",
+    "experiments.corpus": "the text corpus: tests/test_text.py checks its arguments (not yet driven here)",
+    "experiments.text_lm": "text language models: tests/test_text_lm.py checks its arguments (not yet "
+                           "driven here)",
 }
+#: K3's mechanisms that moved into the shared layers, checked by tests/test_k3*.py
+for _name in ("layers.deltanet.bounded_log_decay", "layers.deltanet.BoundedKDA",
+              "layers.mla.GatedNoPEMLA", "layers.mla.GatedRoPEMLA", "layers.mlp.situ",
+              "layers.mlp.situ_reference", "layers.mlp.SituGLU", "layers.moe.LatentMoEConfig",
+              "layers.moe.LatentMoE"):
+    NOT_COVERED[_name] = "a Kimi K3 mechanism: tests/test_k3.py and test_k3_model.py check it"
 RECORDS = {"ChunkCost", "DecodeBytes", "Roofline", "ServingPlan", "ParamCount", "RecallCurve",
            "AgeProfile", "TrainResult", "MQARBatch", "DeltaStep", "DeltaState", "VisionTower",
            "LayerCache", "StateCache", "ModelCache", "Explorer", "FastDecoder",
-           "ConvProjection", "Step", "CacheTraffic"}
+           "ConvProjection", "Step", "CacheTraffic", "ConvCache"}
 #: public callables outside the tables above, each with the reason
 SKIPPED = {
-    "results.results_dir": "takes no argument", "results.packaged_dir": "takes no argument",
+    "book.results.results_dir": "takes no argument", "book.results.packaged_dir": "takes no argument",
     "archs.gpt2_to_k3_steps": "takes no argument",
     "archs.spec_from_gpt_config": "config is checked by gpt2.GPTConfig's case",
     "cache.nbytes_of": "sums the bytes of any object's tensors; total function",
     "cache.check_cache": "the cache protocol's own checker (tests/test_core.py)",
-    "kv_cache.concat_cache": "builds a cache from a model (tests/test_kv_cache.py)",
-    "kv_cache.causal_mask": "re-export of mixers.softmax.causal_mask",
-    "kv_cache.seed_cached_attention": "the seed's code, kept verbatim as a reference",
-    "gpt2.GPT": "constructor takes parts; its forward is covered through generate",
-    "gpt2.trace_shapes": "debug helper over generate's checked inputs",
-    "recall.warmup_cosine_lr": "the schedule behind TrainConfig.lr_at / TextTrainConfig.lr_at, "
+    "cache.concat_cache": "builds a cache from a model (tests/test_kv_cache.py)",
+    "ops.softmax.causal_mask": "the mask ops.softmax.parallel builds",
+    "seed.seed_cached_attention": "the seed's code, kept verbatim as a reference",
+    "model.GPT": "constructor takes parts; its forward is covered through generate",
+    "book.trace.trace_shapes": "debug helper over generate's checked inputs",
+    "experiments.train.warmup_cosine_lr": "the schedule behind TrainConfig.lr_at / TextTrainConfig.lr_at, "
                                "whose fields the configs check",
-    "layers.hybrid.hybrid_mixer": "takes a schedule checked as hybrid_schedule's output",
-    "layers.hybrid.hybrid_gpt": "GPTConfig + hybrid_schedule, both covered",
-    "layers.hybrid.schedule_of": "reads a built model",
-    "layers.hybrid.forward_in_pieces": "cache.sizes_of + the layers, both covered",
-    "layers.linear.decode_token_by_token": "reference decode over a built model",
-    "mixers.mla.apply_rope": "internal step of MLA, covered through MLA",
-    "mixers.mla.latent_numbers_per_token": "reads a checked MLAConfig",
-    "mixers.mla.mha_equivalent_numbers_per_token": "reads a checked MLAConfig",
-    "mixers.mla.compare_decodes": "demonstration over a built MLA",
-    "recall.build_model": "mixer_factory + ModelConfig, both covered",
-    "recall.evaluate": "a model and a checked MQARBatch",
-    "recall.train": "minutes of training; its configs are covered",
-    "recall.sweep_results": "serialises TrainResults", "recall.sweep_config": "reads a results file",
-    "recall.sweep_point": "reads a results file",
+    "models.hybrid.hybrid_mixer": "takes a schedule checked as hybrid_schedule's output",
+    "models.hybrid.hybrid_gpt": "GPTConfig + hybrid_schedule, both covered",
+    "models.hybrid.schedule_of": "reads a built model",
+    "models.hybrid.forward_in_pieces": "cache.sizes_of + the layers, both covered",
+    "layers.linear_attention.decode_token_by_token": "reference decode over a built model",
+    "layers.mla.apply_rope": "internal step of MLA, covered through MLA",
+    "layers.mla.latent_numbers_per_token": "reads a checked MLAConfig",
+    "layers.mla.mha_equivalent_numbers_per_token": "reads a checked MLAConfig",
+    "layers.mla.compare_decodes": "demonstration over a built MLA",
+    "experiments.recall.build_model": "mixer_factory + ModelConfig, both covered",
+    "experiments.recall.evaluate": "a model and a checked MQARBatch",
+    "experiments.recall.train": "minutes of training; its configs are covered",
+    "experiments.recall.sweep_results": "serialises TrainResults", "experiments.recall.sweep_config": "reads a results file",
+    "experiments.recall.sweep_point": "reads a results file",
 }
 
 
@@ -905,7 +914,7 @@ def _finite(out) -> bool:
 @pytest.mark.parametrize("beta", [0.0, 2.0])
 def test_extreme_delta_rule_stays_finite(form, beta):
     """T = 8,192, beta at both ends of [0, 2] with unit keys, log-decay -50: finite outputs."""
-    from gpt2k3.mixers import delta, gated_delta
+    from gpt2k3.ops import delta, gated_delta
     mod, fn = form.split(".")
     f = getattr({"delta": delta, "gated_delta": gated_delta}[mod], fn)
     Tx = 8192 if fn == "chunkwise" else 1024  # the reference loop is token by token
@@ -919,7 +928,7 @@ def test_extreme_delta_rule_stays_finite(form, beta):
 
 
 def test_extreme_log_decay_in_layers_and_forgetting():
-    from gpt2k3 import forgetting
+    from gpt2k3.experiments import forgetting
     assert math.isfinite(forgetting.half_life(-50.0))
     assert forgetting.half_life(0.0) == math.inf or math.isfinite(forgetting.half_life(0.0))
     assert math.isfinite(forgetting.log_alpha_for_half_life(1e-3))
@@ -997,7 +1006,7 @@ def test_explorer_controls_are_bounded_and_every_extreme_redraws(name):
     """Every control is bounded (no unbounded number box), each extreme of each control
     redraws a figure (not an error: the ranges follow the controls they depend on) in < 2 s."""
     import ipywidgets as W
-    from gpt2k3 import widgets
+    from gpt2k3.book import widgets
     ex = getattr(widgets, name)()
     unbounded = [n for n, w in ex.controls.items() if isinstance(w, (W.IntText, W.FloatText))]
     assert not unbounded, f"{name}: unbounded number boxes {unbounded}"
@@ -1030,7 +1039,7 @@ def _sweep_controls(ex, slow, errors):
 
 
 def test_routing_explorer_top_k_follows_n_experts():
-    from gpt2k3 import widgets
+    from gpt2k3.book import widgets
     ex = widgets.routing_explorer()
     c = ex.controls
     n_name = next(n for n in c if "expert" in n)
@@ -1041,7 +1050,7 @@ def test_routing_explorer_top_k_follows_n_experts():
 
 
 def test_param_explorer_at_its_n_embd_maximum():
-    from gpt2k3 import widgets
+    from gpt2k3.book import widgets
     ex = widgets.param_explorer()
     for n, w in ex.controls.items():
         if hasattr(w, "max") and not isinstance(w.max, bool):
@@ -1053,7 +1062,7 @@ def test_param_explorer_at_its_n_embd_maximum():
 def test_a_failed_redraw_replaces_the_old_figure(exc):
     """Whatever the render raises, the explorer shows the message, never the stale figure."""
     import ipywidgets as W
-    from gpt2k3.widgets import explorer
+    from gpt2k3.book.widgets import explorer
     slider = W.IntSlider(value=1, min=0, max=3)
 
     def render(x):

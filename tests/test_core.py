@@ -18,14 +18,15 @@ import torch
 from gpt2k3 import accounting
 from gpt2k3.accounting import ArchSpec
 from gpt2k3.cache import LayerCache, ModelCache, StateCache
-from gpt2k3.gpt2 import GPT, GPTConfig, generate
-from gpt2k3.k3 import tiny_k3
-from gpt2k3.kv_cache import ConcatKVCache, KVCache, concat_cache
-from gpt2k3.layers import delta
-from gpt2k3.layers.hybrid import hybrid_gpt
-from gpt2k3.layers.linear import LinearAttention
-from gpt2k3.mixers.mla import MLA, LatentCache, MLAConfig
-from gpt2k3.moe import MoE, MoEConfig
+from gpt2k3.model import GPT, generate
+from gpt2k3.config import GPTConfig
+from gpt2k3.models.k3 import tiny_k3
+from gpt2k3.cache import ConcatKVCache, KVCache, concat_cache
+from gpt2k3.layers import deltanet as delta
+from gpt2k3.models.hybrid import hybrid_gpt
+from gpt2k3.layers.linear_attention import LinearAttention
+from gpt2k3.layers.mla import MLA, LatentCache, MLAConfig
+from gpt2k3.layers.moe import MoE, MoEConfig
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpt2k3"
 CFG = GPTConfig(block_size=40, vocab_size=61, n_layer=4, n_head=2, n_embd=16)
@@ -229,14 +230,33 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_the_core_sits_below_the_parts():
-    """The decoder core imports no layer, chapter, figure or widget module."""
+def _reach(graph, low):
+    reach, todo = set(), [low]
+    while todo:
+        for w in graph[todo.pop()] - reach:
+            reach.add(w)
+            todo.append(w)
+    return reach
+
+
+def _under(mods, *prefixes):
+    return {m for m in mods if any(m == p or m.startswith(p + ".") for p in prefixes)}
+
+
+def test_the_layers_of_the_package():
+    """ops import no layer or model; layers import no model; the core (model, cache, config,
+    ops, layers, models) imports neither the experiments nor the book-only code; accounting
+    and archs import no torch module of the package."""
     graph = _import_graph()
-    for low in ("gpt2k3.cache", "gpt2k3.kv_cache", "gpt2k3.gpt2"):
-        reach, todo = set(), [low]
-        while todo:
-            for w in graph[todo.pop()] - reach:
-                reach.add(w)
-                todo.append(w)
-        assert not {m for m in reach if m.startswith(("gpt2k3.layers", "gpt2k3.k3", "gpt2k3.figures",
-                                                      "gpt2k3.widgets", "gpt2k3.recall"))}, low
+    core = _under(graph, "gpt2k3.ops", "gpt2k3.layers", "gpt2k3.models", "gpt2k3.model",
+                  "gpt2k3.cache", "gpt2k3.config", "gpt2k3.checks")
+    assert len(core) > 15
+    for m in _under(graph, "gpt2k3.ops"):
+        assert not _under(_reach(graph, m), "gpt2k3.layers", "gpt2k3.models", "gpt2k3.model"), m
+    for m in _under(graph, "gpt2k3.layers"):
+        assert not _under(_reach(graph, m), "gpt2k3.models", "gpt2k3.model"), m
+    for m in core:
+        assert not _under(_reach(graph, m), "gpt2k3.experiments", "gpt2k3.book"), m
+    for m in _under(graph, "gpt2k3.accounting", "gpt2k3.archs"):
+        assert not _under(_reach(graph, m), "gpt2k3.ops", "gpt2k3.layers", "gpt2k3.models",
+                          "gpt2k3.model", "gpt2k3.cache"), m

@@ -1,6 +1,6 @@
 """FastDecoder: the packed-weight decode path gives the reference path's tokens (and Hugging Face's).
 
-The reference is ``gpt2k3.gpt2.generate`` with its preallocated ``KVCache`` per layer (the
+The reference is ``gpt2k3.model.generate`` with its preallocated ``KVCache`` per layer (the
 model's ``new_cache``) -- the decode loop
 chapter 2 teaches. Speed is the benchmark's business (``benchmarks/decode.py``); these tests only
 check that the fast path computes the same thing.
@@ -9,8 +9,10 @@ check that the fast path computes the same thing.
 import pytest
 import torch
 
-from gpt2k3.gpt2 import GPT, FastDecoder, GPTConfig, generate
-from gpt2k3.kv_cache import KVCache, concat_cache
+from gpt2k3.model import GPT, generate
+from gpt2k3.models.gpt2_fast import FastDecoder
+from gpt2k3.config import GPTConfig
+from gpt2k3.cache import KVCache, concat_cache
 
 TINY = dict(block_size=40, vocab_size=211, n_layer=3, n_head=4, n_embd=64)
 
@@ -128,7 +130,7 @@ def test_nbytes_counts_packed_weights_and_cache():
 
 
 def test_rejects_models_it_cannot_pack():
-    from gpt2k3.layers.linear import LinearAttention
+    from gpt2k3.layers.linear_attention import LinearAttention
 
     with pytest.raises(ValueError, match="model must be a GPT"):
         FastDecoder(torch.nn.Linear(2, 2))

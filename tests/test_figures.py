@@ -3,7 +3,7 @@
 import plotly.graph_objects as go
 import pytest
 
-from gpt2k3 import figures
+from gpt2k3.book import figures
 from gpt2k3.accounting import count_params
 from gpt2k3.archs import GPT2_FAMILY, GPT2_SMALL
 
@@ -67,7 +67,7 @@ def test_add_slider_validates():
 
 
 def test_param_explorer_keeps_n_embd_divisible_and_redraws():
-    from gpt2k3.widgets import param_explorer
+    from gpt2k3.book.widgets import param_explorer
 
     box = param_explorer()
     c = box.controls
@@ -82,7 +82,7 @@ def test_param_explorer_keeps_n_embd_divisible_and_redraws():
 def test_explorer_shows_value_errors_instead_of_raising():
     import ipywidgets as W
 
-    from gpt2k3.widgets import explorer
+    from gpt2k3.book.widgets import explorer
 
     def render(n):
         raise ValueError(f"n={n} is not allowed")

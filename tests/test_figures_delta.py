@@ -6,8 +6,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from gpt2k3 import figures, memory
-from gpt2k3.mixers.wy import chunkwise_cost
+from gpt2k3.book import figures
+from gpt2k3.experiments import memory
+from gpt2k3.ops.wy import chunkwise_cost
 
 
 def _steps(fig):
@@ -177,7 +178,7 @@ def test_chunkwise_speed_plots_every_series():
 
 
 def test_load_results(tmp_path, monkeypatch):
-    from gpt2k3 import results
+    from gpt2k3.book import results
 
     assert results.load("no_such_benchmark.json", missing_ok=True) is None
     with pytest.raises(FileNotFoundError, match="benchmarks/results/no_such_benchmark.json"):
@@ -193,7 +194,7 @@ def test_load_results(tmp_path, monkeypatch):
 
 
 def test_interference_explorer_follows_d_and_reports_bad_settings():
-    from gpt2k3.widgets import interference_explorer
+    from gpt2k3.book.widgets import interference_explorer
 
     box = interference_explorer(d=8, n=10)
     c = box.controls
@@ -207,7 +208,7 @@ def test_interference_explorer_follows_d_and_reports_bad_settings():
 
 
 def test_chunk_cost_explorer_redraws():
-    from gpt2k3.widgets import chunk_cost_explorer
+    from gpt2k3.book.widgets import chunk_cost_explorer
 
     box = chunk_cost_explorer()
     assert "chunks of 64" in box.current.layout.title.text

@@ -5,12 +5,12 @@ import math
 import plotly.graph_objects as go
 import pytest
 
-from gpt2k3 import figures
-from gpt2k3 import forgetting as fg
+from gpt2k3.book import figures
+from gpt2k3.experiments import forgetting as fg
 from gpt2k3 import accounting
 from gpt2k3.accounting import kv_cache_bytes, kv_numbers_per_layer, state_bytes
 from gpt2k3.archs import GPT2_SMALL, KIMI_LINEAR_48B
-from gpt2k3.display import fmt_bytes, fmt_decimal_bytes
+from gpt2k3.book.display import fmt_bytes, fmt_decimal_bytes
 
 
 def steps_of(fig):
@@ -137,7 +137,7 @@ def test_labels_and_bytes():
 
 # --------------------------------------------------------------------------- live explorers
 def test_half_life_explorer():
-    from gpt2k3.widgets import half_life_explorer
+    from gpt2k3.book.widgets import half_life_explorer
 
     box = half_life_explorer()
     c = box.controls
@@ -150,7 +150,7 @@ def test_half_life_explorer():
 
 
 def test_retrieval_explorer_keeps_keep_below_d():
-    from gpt2k3.widgets import retrieval_explorer
+    from gpt2k3.book.widgets import retrieval_explorer
 
     box = retrieval_explorer()
     c = box.controls
@@ -162,7 +162,7 @@ def test_retrieval_explorer_keeps_keep_below_d():
 
 
 def test_hybrid_explorer():
-    from gpt2k3.widgets import hybrid_explorer
+    from gpt2k3.book.widgets import hybrid_explorer
 
     box = hybrid_explorer()
     assert "7 of 27 layers" in box.current.layout.title.text

@@ -1,4 +1,4 @@
-"""Chapter "What Kimi K3 adds": the plain-float companions in ``gpt2k3.k3`` (Attention-Residual
+"""Chapter "What Kimi K3 adds": the plain-float companions in ``gpt2k3.models.k3`` (Attention-Residual
 reads, the bounded gate's diagonal blocks in fla's KDA kernel, fla's DPLR chunk rule,
 latent-expert costs, SiTU's factors), the figures that lay them out, and the live explorers."""
 
@@ -12,18 +12,16 @@ import torch
 
 from gpt2k3.accounting import count_params, flops_per_token, kda_log_decay
 from gpt2k3.archs import KIMI_K3, KIMI_LINEAR_48B
-from gpt2k3.figures import k3_adds as figs
-from gpt2k3.forgetting import half_life
-from gpt2k3.gpt2 import GPTConfig
+from gpt2k3.book.figures import k3_adds as figs
+from gpt2k3.experiments.forgetting import half_life
+from gpt2k3.config import GPTConfig
 from gpt2k3.accounting.k3_mechanisms import (FLA_KDA_CHUNK, FLA_KDA_GATE_SHIFT, FLA_KDA_SUB_CHUNK,
-                                             FLOAT32_MAX_EXP, attn_res_reads, dplr_chunk_is_safe,
-                                             dplr_largest_safe_chunk,
-                                             kda_diagonal_block_exponents,
-                                             kda_diagonal_block_fits_float32,
-                                             kda_largest_diagonal_block, latent_moe_break_even,
-                                             latent_moe_cost, situ_bound, situ_factors,
-                                             swiglu_reference)
-from gpt2k3.k3 import DepthMix, situ, situ_reference, tiny_k3
+    FLOAT32_MAX_EXP, attn_res_reads, dplr_chunk_is_safe, dplr_largest_safe_chunk,
+    kda_diagonal_block_exponents, kda_diagonal_block_fits_float32, kda_largest_diagonal_block,
+    latent_moe_break_even, latent_moe_cost, situ_bound, situ_factors, swiglu_reference)
+from gpt2k3.layers.residual import DepthMix
+from gpt2k3.layers.mlp import situ, situ_reference
+from gpt2k3.models.k3 import tiny_k3
 
 
 # ------------------------------------------------------------------ Attention-Residual reads
@@ -345,7 +343,7 @@ def test_situ_vs_swiglu_figure():
 
 # ------------------------------------------------------------------ live explorers
 def test_explorers_build_and_redraw():
-    from gpt2k3.widgets import k3_adds as w
+    from gpt2k3.book.widgets import k3_adds as w
 
     boxes = [w.attn_res_explorer(), w.bounded_decay_explorer(), w.latent_moe_explorer(),
              w.situ_explorer()]

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from gpt2k3 import figures as F
+from gpt2k3.book import figures as F
 from gpt2k3.accounting import (cache_bound_context, decode_bytes, kv_cache_bytes, state_bytes,
-                               weights_read_per_step)
+    weights_read_per_step)
 from gpt2k3.archs import DEEPSEEK_V3, GPT2_FAMILY, GPT2_SMALL, KIMI_LINEAR_48B
-from gpt2k3.display import fmt_bytes
-from gpt2k3.figures.kv_cache import log_grid, weight_and_cache_bytes
+from gpt2k3.book.display import fmt_bytes
+from gpt2k3.book.figures.kv_cache import log_grid, weight_and_cache_bytes
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
@@ -92,7 +92,7 @@ def test_crossover_is_where_cache_equals_weights():
 
 
 def test_cache_explorer_renders_and_rejects_empty_choice():
-    from gpt2k3.widgets import cache_explorer
+    from gpt2k3.book.widgets import cache_explorer
 
     e = cache_explorer()
     assert "Context 4,096" in e.current.layout.title.text
@@ -135,7 +135,7 @@ def _sweep_result():
 
 
 def test_concat_vs_preallocated_lays_out_the_sweep():
-    from gpt2k3.figures.kv_cache import concat_vs_preallocated
+    from gpt2k3.book.figures.kv_cache import concat_vs_preallocated
 
     r = _sweep_result()
     fig = concat_vs_preallocated(r)
@@ -151,7 +151,7 @@ def test_concat_vs_preallocated_lays_out_the_sweep():
 
 @pytest.mark.skipif(not (RESULTS / "decode_concat_cpu.json").exists(), reason="no concat sweep results")
 def test_concat_sweep_results_plot():
-    from gpt2k3.figures.kv_cache import concat_vs_preallocated
+    from gpt2k3.book.figures.kv_cache import concat_vs_preallocated
 
     r = json.loads((RESULTS / "decode_concat_cpu.json").read_text())
     assert r["config"]["finite_checks_skipped"] is True and r["machine"]["load_average_1min"]

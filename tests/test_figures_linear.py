@@ -10,11 +10,11 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from gpt2k3 import figures
-from gpt2k3.figures.linear import fmt_bytes, fmt_seconds
+from gpt2k3.book import figures
+from gpt2k3.book.figures.linear import fmt_bytes, fmt_seconds
 from gpt2k3.cache import ModelCache, StateCache
-from gpt2k3.layers.linear import state_nbytes
-from gpt2k3.kv_cache import KVCache
+from gpt2k3.layers.linear_attention import state_nbytes
+from gpt2k3.cache import KVCache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -246,7 +246,7 @@ def test_measured_crossover_figure(smoke_result):
 
 
 def test_state_explorer_redraws():
-    from gpt2k3.widgets import state_explorer
+    from gpt2k3.book.widgets import state_explorer
 
     box = state_explorer()
     assert isinstance(box.current, go.Figure) and "D = 64" in box.current.layout.title.text
@@ -257,7 +257,7 @@ def test_state_explorer_redraws():
 
 
 def test_weights_explorer_redraws():
-    from gpt2k3.widgets import weights_explorer
+    from gpt2k3.book.widgets import weights_explorer
 
     box = weights_explorer()
     assert isinstance(box.current, go.Figure)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from gpt2k3 import memory
-from gpt2k3.figures import matrices
-from gpt2k3.mixers import softmax, wy
+from gpt2k3.experiments import memory
+from gpt2k3.book.figures import matrices
+from gpt2k3.ops import softmax, wy
 
 
 def png(fig):

@@ -9,11 +9,12 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from gpt2k3 import results, text, text_lm
-from gpt2k3.display import md_table
-from gpt2k3.figures import text as figs
-from gpt2k3.figures._style import DATA_DIGITS
-from gpt2k3.text_lm import TextModelConfig, TextTrainConfig
+from gpt2k3.book import results
+from gpt2k3.experiments import corpus as text, text_lm
+from gpt2k3.book.display import md_table
+from gpt2k3.book.figures import text as figs
+from gpt2k3.book.figures._style import DATA_DIGITS
+from gpt2k3.experiments.text_lm import TextModelConfig, TextTrainConfig
 
 TINY = TextModelConfig(n_layer=4, d_model=32, n_head=2, context=32, max_context=128, chunk_size=16)
 TRAIN = TextTrainConfig(steps=6, batch_size=2, warmup=1, eval_every=3, curve_windows=2,
@@ -127,7 +128,7 @@ def test_bad_data_is_refused():
 
 
 def test_explorers_build(data):
-    from gpt2k3.widgets import text as live
+    from gpt2k3.book.widgets import text as live
 
     ex = live.text_results_explorer(data)
     assert isinstance(ex.current, go.Figure)
@@ -140,7 +141,7 @@ def test_explorers_build(data):
 
 
 def test_sample_explorer_shows_the_recorded_sample():
-    from gpt2k3.widgets import text as live
+    from gpt2k3.book.widgets import text as live
 
     data = results.load("text_lm.json")
     s = data["checkpoint"]["sample"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gpt2k3 import forgetting as fg
+from gpt2k3.experiments import forgetting as fg
 
 
 # --------------------------------------------------------------------------- half-life

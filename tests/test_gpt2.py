@@ -1,11 +1,14 @@
-"""Unit tests for gpt2k3.gpt2 and gpt2k3.kv_cache (no external oracle; see test_gpt2_oracle)."""
+"""Unit tests for gpt2k3.model and gpt2k3.cache (no external oracle; see test_gpt2_oracle)."""
 
 import pytest
 import torch
 
 from gpt2k3.cache import ModelCache
-from gpt2k3.gpt2 import GPT, GPTConfig, generate, trace_shapes
-from gpt2k3.kv_cache import KVCache, causal_mask, concat_cache
+from gpt2k3.model import GPT, generate
+from gpt2k3.config import GPTConfig
+from gpt2k3.book.trace import trace_shapes
+from gpt2k3.cache import KVCache, concat_cache
+from gpt2k3.ops.softmax import causal_mask
 
 TINY = dict(block_size=32, vocab_size=97, n_layer=2, n_head=4, n_embd=32)
 

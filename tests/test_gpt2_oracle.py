@@ -12,7 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 from gpt2k3.accounting import count_params  # noqa: E402
 from gpt2k3.archs import spec_from_gpt_config  # noqa: E402
-from gpt2k3.gpt2 import GPT  # noqa: E402
+from gpt2k3.model import GPT  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 

@@ -5,12 +5,14 @@ import torch
 
 from gpt2k3.accounting import hybrid_layers
 from gpt2k3.archs import KIMI_LINEAR_48B
-from gpt2k3.gpt2 import GPT, CausalSelfAttention, GPTConfig
+from gpt2k3.model import GPT
+from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.config import GPTConfig
 from gpt2k3.cache import ModelCache, StateCache
-from gpt2k3.kv_cache import KVCache, concat_cache
-from gpt2k3.layers.delta import KDA, DeltaState, GatedDeltaNet
-from gpt2k3.layers.hybrid import (ATTENTION_KIND, KDA_KIND, forward_in_pieces, hybrid_gpt,
-                                  hybrid_mixer, hybrid_schedule, schedule_of)
+from gpt2k3.cache import KVCache, concat_cache
+from gpt2k3.layers.deltanet import KDA, DeltaState, GatedDeltaNet
+from gpt2k3.models.hybrid import (ATTENTION_KIND, KDA_KIND, forward_in_pieces, hybrid_gpt,
+    hybrid_mixer, hybrid_schedule, schedule_of)
 
 CFG = GPTConfig(block_size=64, vocab_size=101, n_layer=6, n_head=2, n_embd=16)
 
@@ -189,9 +191,9 @@ def test_forward_in_pieces_validates():
 
 
 def test_generate_through_the_hybrid_cache():
-    """gpt2k3.gpt2.generate decodes a hybrid through its layers' caches (``model.new_cache``,
+    """gpt2k3.model.generate decodes a hybrid through its layers' caches (``model.new_cache``,
     the default): same greedy tokens as recomputing every step."""
-    from gpt2k3.gpt2 import generate
+    from gpt2k3.model import generate
 
     torch.manual_seed(0)
     model = hybrid_gpt(CFG, ratio=2).double()

@@ -50,7 +50,7 @@ import pytest
 
 from gpt2k3 import oracles
 from gpt2k3.archs import GPT2_SMALL, KIMI_LINEAR_48B
-from gpt2k3.colab import BOOTSTRAP, REQUIREMENTS
+from gpt2k3.book.colab import BOOTSTRAP, REQUIREMENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -216,7 +216,7 @@ def test_every_chapter_runs_from_the_installed_package(tmp_path_factory, monkeyp
     except subprocess.CalledProcessError as err:
         pytest.fail(f"{' '.join(map(str, err.cmd))} failed:\n{err.stdout}\n{err.stderr}")
     # the packaged results and nothing of the checkout
-    assert sorted(p.name for p in (site / "gpt2k3" / "results_data").iterdir()), "no results_data"
+    assert sorted(p.name for p in (site / "gpt2k3" / "book" / "results_data").iterdir()), "no results_data"
     assert not any(p.name.startswith("__editable__") for p in site.iterdir())
 
     # a kernel of the throwaway environment, found by name through JUPYTER_PATH

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2k3 import figures
+from gpt2k3.book import figures
 from gpt2k3.accounting import (H200, count_params, decode_bytes_per_token, kv_cache_bytes,
-                               kv_numbers_per_layer, max_batch, memory_per_sequence, roofline,
-                               serving_memory, serving_plan, state_bytes)
+    kv_numbers_per_layer, max_batch, memory_per_sequence, roofline, serving_memory, serving_plan,
+    state_bytes)
 from gpt2k3.accounting.serving import WEIGHT_FORMATS, tpot_readings, weight_format
 from gpt2k3.archs import (GPT2_SMALL, K3_TOTAL_PARAMS, KIMI_K3, KIMI_LINEAR_48B,
-                          KIMI_LINEAR_CLAIMS, PUBLISHED, gpt2_multiples, gpt2_to_k3_steps)
-from gpt2k3.figures import k3 as F
-from gpt2k3.figures.gates import hybrid_spec
+    KIMI_LINEAR_CLAIMS, PUBLISHED, gpt2_multiples, gpt2_to_k3_steps)
+from gpt2k3.book.figures import k3 as F
+from gpt2k3.book.figures.gates import hybrid_spec
 
 ONE_M = 1 << 20
 
@@ -362,8 +362,8 @@ def test_summary_and_plans():
 
 # ----------------------------------------------------------------------------- explorer
 def test_k3_explorer_edits_any_field_and_reports_impossible_specs():
-    from gpt2k3.widgets import k3_explorer
-    from gpt2k3.widgets.k3 import spec_controls, spec_from_controls
+    from gpt2k3.book.widgets import k3_explorer
+    from gpt2k3.book.widgets.k3 import spec_controls, spec_from_controls
 
     box = k3_explorer()
     c = box.controls
@@ -396,8 +396,8 @@ def test_every_explorer_control_is_bounded():
     """Issue #19: a number box took n_layer = 10**12 and the kernel hung building the layers."""
     import ipywidgets as W
 
-    from gpt2k3.widgets import k3_explorer
-    from gpt2k3.widgets.k3 import FIELD_BOUNDS, spec_from_controls
+    from gpt2k3.book.widgets import k3_explorer
+    from gpt2k3.book.widgets.k3 import FIELD_BOUNDS, spec_from_controls
 
     box = k3_explorer()
     for name, w in box.controls.items():

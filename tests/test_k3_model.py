@@ -1,4 +1,4 @@
-"""What Kimi K3 adds, as modules (``gpt2k3.k3``): each mechanism against its definition or an
+"""What Kimi K3 adds, as modules (``gpt2k3.models.k3``): each mechanism against its definition or an
 independent implementation, and a tiny K3 built on GPT-2's core that trains, decodes through its
 cache token-identically, and is counted to the parameter by ``count_params``."""
 
@@ -13,17 +13,22 @@ import torch.nn.functional as F
 
 from gpt2k3.accounting import count_params, kda_log_decay
 from gpt2k3.archs import KIMI_K3
-from gpt2k3.gpt2 import GPT, GPTConfig, generate
+from gpt2k3.model import GPT, generate
+from gpt2k3.config import GPTConfig
 from gpt2k3.cache import ModelCache
 from gpt2k3.archs import KIMI_K3_CONFIG
-from gpt2k3.k3 import (K3_RMS_NORM_EPS, SITU_BETA, SITU_LINEAR_BETA, AttnResidual, BoundedKDA,
-                       DepthMix, GatedNoPEMLA, GatedRoPEMLA, LatentMoE, LatentMoEConfig,
-                       bounded_log_decay, depth_mix, depth_mix_reference, k3_model, k3_schedule,
-                       situ, situ_reference, tiny_k3)
-from gpt2k3.layers.delta import GatedRMSNorm
-from gpt2k3.layers import StateCache
-from gpt2k3.layers.delta import DeltaState
-from gpt2k3.mixers.mla import MLA, LatentCache, MLAConfig, RMSNorm
+from gpt2k3.layers.residual import K3_RMS_NORM_EPS, AttnResidual, DepthMix
+from gpt2k3.models.k3 import SITU_BETA, SITU_LINEAR_BETA, k3_model, k3_schedule, tiny_k3
+from gpt2k3.layers.deltanet import BoundedKDA, bounded_log_decay
+from gpt2k3.layers.mla import GatedNoPEMLA, GatedRoPEMLA
+from gpt2k3.layers.moe import LatentMoE, LatentMoEConfig
+from gpt2k3.ops.depth import depth_mix, depth_mix_reference
+from gpt2k3.layers.mlp import situ, situ_reference
+from gpt2k3.layers.norms import GatedRMSNorm
+from gpt2k3.cache import StateCache
+from gpt2k3.layers.deltanet import DeltaState
+from gpt2k3.layers.mla import MLA, LatentCache, MLAConfig
+from gpt2k3.layers.norms import RMSNorm
 
 CFG = GPTConfig(block_size=64, vocab_size=97, n_layer=5, n_head=2, n_embd=32)
 

@@ -22,15 +22,13 @@ import math
 
 import pytest
 
-from gpt2k3.accounting import (
-    DETAIL_COMPONENTS, PART_COMPONENTS, PART_OF_DETAIL, ArchSpec, VisionTower, count_params,
-    decode_bytes_per_token, flops_per_token, hybrid_layers, kda_layers_from_full_attn,
-    kda_log_decay, kda_log_decay_range, kv_cache_bytes, kv_numbers_per_layer,
-    kv_numbers_per_token, mla_decode_costs, state_bytes, state_numbers_per_layer,
-    stored_elements, weights_read_per_step)
+from gpt2k3.accounting import (DETAIL_COMPONENTS, PART_COMPONENTS, PART_OF_DETAIL, ArchSpec,
+    VisionTower, count_params, decode_bytes_per_token, flops_per_token, hybrid_layers,
+    kda_layers_from_full_attn, kda_log_decay, kda_log_decay_range, kv_cache_bytes,
+    kv_numbers_per_layer, kv_numbers_per_token, mla_decode_costs, state_bytes,
+    state_numbers_per_layer, stored_elements, weights_read_per_step)
 from gpt2k3.archs import (DEEPSEEK_V3, GPT2_FAMILY, GPT2_SMALL, KIMI_K2, KIMI_K3,
-                          KIMI_K3_CHECKPOINT, KIMI_K3_CONFIG, KIMI_K3_VISION, KIMI_LINEAR_48B,
-                          PUBLISHED)
+    KIMI_K3_CHECKPOINT, KIMI_K3_CONFIG, KIMI_K3_VISION, KIMI_LINEAR_48B, PUBLISHED)
 
 # ----------------------------------------------------------------------------- the config
 V, D, L = 163_840, 7_168, 93                       # vocab_size, hidden_size, num_hidden_layers

@@ -5,8 +5,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2k3.gpt2 import GPT, GPTConfig, generate
-from gpt2k3.kv_cache import ConcatKVCache, KVCache, causal_mask, concat_cache, seed_cached_attention
+from gpt2k3.model import GPT, generate
+from gpt2k3.config import GPTConfig
+from gpt2k3.cache import ConcatKVCache, KVCache, concat_cache
+from gpt2k3.ops.softmax import causal_mask
+from gpt2k3.seed import seed_cached_attention
 
 
 @st.composite
@@ -150,7 +153,7 @@ def test_concat_cache_validates():
 
 
 def test_concat_copy_bytes_matches_the_cache():
-    from gpt2k3.kv_cache import concat_copy_bytes
+    from gpt2k3.cache import concat_copy_bytes
 
     cfg = GPTConfig(block_size=64, vocab_size=20, n_layer=2, n_head=2, n_embd=8)
     model = GPT(cfg).eval()
@@ -165,7 +168,7 @@ def test_concat_copy_bytes_matches_the_cache():
 
 
 def test_results_loader(tmp_path, monkeypatch):
-    from gpt2k3 import results
+    from gpt2k3.book import results
 
     with pytest.raises(ValueError, match="plain file name"):
         results.load("../secrets.json")
@@ -184,7 +187,7 @@ def test_decode_cache_traffic_counts_what_the_caches_do():
     position of the preallocated cache at every step, and the ratio stays below 3."""
     from gpt2k3.accounting.decode import decode_cache_traffic
     from gpt2k3.archs import spec_from_gpt_config
-    from gpt2k3.kv_cache import concat_copy_bytes
+    from gpt2k3.cache import concat_copy_bytes
 
     cfg = GPTConfig(block_size=64, vocab_size=20, n_layer=2, n_head=2, n_embd=8)
     model = GPT(cfg).eval()

@@ -7,12 +7,15 @@ import torch
 import torch.nn.functional as F
 
 from gpt2k3.accounting import ArchSpec, count_params
-from gpt2k3.gpt2 import GPT, GPTConfig
-from gpt2k3.kv_cache import KVCache
-from gpt2k3.layers import StateCache
-from gpt2k3.layers.delta import KDA, DeltaNet, DeltaState, GatedDeltaNet, GatedRMSNorm, ShortConv
-from gpt2k3.layers.hybrid import forward_in_pieces
-from gpt2k3.mixers import delta, gated_delta
+from gpt2k3.model import GPT
+from gpt2k3.config import GPTConfig
+from gpt2k3.cache import KVCache
+from gpt2k3.cache import StateCache
+from gpt2k3.layers.deltanet import KDA, DeltaNet, DeltaState, GatedDeltaNet
+from gpt2k3.layers.norms import GatedRMSNorm
+from gpt2k3.layers.conv import ShortConv
+from gpt2k3.models.hybrid import forward_in_pieces
+from gpt2k3.ops import delta, gated_delta
 
 LAYERS = [DeltaNet, GatedDeltaNet, KDA]
 CFG = GPTConfig(block_size=64, vocab_size=97, n_layer=2, n_head=2, n_embd=16)
@@ -271,9 +274,9 @@ def test_bad_config_and_inputs():
 
 @pytest.mark.parametrize("cls", LAYERS)
 def test_generate_with_the_fixed_state(cls):
-    """gpt2k3.gpt2.generate decodes these layers through their states (``model.new_cache``, the
+    """gpt2k3.model.generate decodes these layers through their states (``model.new_cache``, the
     default): same greedy tokens."""
-    from gpt2k3.gpt2 import generate
+    from gpt2k3.model import generate
 
     torch.manual_seed(0)
     model = GPT(CFG, mixer=lambda c, i: cls(c)).double()

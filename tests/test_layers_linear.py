@@ -7,10 +7,11 @@ from hypothesis import strategies as st
 
 from gpt2k3 import cache as core_cache
 from gpt2k3.cache import ModelCache
-from gpt2k3.gpt2 import GPT, GPTConfig
-from gpt2k3.layers import StateCache
-from gpt2k3.layers.linear import LinearAttention, decode_token_by_token, state_nbytes
-from gpt2k3.mixers import linear
+from gpt2k3.model import GPT
+from gpt2k3.config import GPTConfig
+from gpt2k3.cache import StateCache
+from gpt2k3.layers.linear_attention import LinearAttention, decode_token_by_token, state_nbytes
+from gpt2k3.ops import linear
 
 TINY = GPTConfig(block_size=64, vocab_size=97, n_layer=2, n_head=4, n_embd=32)
 
@@ -197,8 +198,9 @@ def test_generate_decodes_a_linear_gpt_through_its_state():
     and gives the same greedy tokens as recomputing the whole sequence each step."""
     import torch
 
-    from gpt2k3.gpt2 import GPT, GPTConfig, generate
-    from gpt2k3.layers.linear import LinearAttention
+    from gpt2k3.model import GPT, generate
+    from gpt2k3.config import GPTConfig
+    from gpt2k3.layers.linear_attention import LinearAttention
 
     torch.manual_seed(0)
     cfg = GPTConfig(block_size=40, vocab_size=30, n_layer=2, n_head=2, n_embd=16)

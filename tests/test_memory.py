@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from gpt2k3 import memory
-from gpt2k3.mixers import delta, linear
+from gpt2k3.experiments import memory
+from gpt2k3.ops import delta, linear
 
 
 def gen(seed=0):

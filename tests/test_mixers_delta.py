@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fla_oracle import load_naive
-from gpt2k3.mixers import _chunked, delta, wy
+from gpt2k3 import seed
+from gpt2k3.ops import _chunked, delta, wy
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -162,13 +163,13 @@ def test_seed_one_shot_is_the_rule_only_for_one_token():
     S0 = make_state(2, 2, 6, 4)
     for t in range(3):  # token by token (T = 1 per call) it IS the delta rule
         token = [x[:, :, t : t + 1] for x in (q, k, v, beta)]
-        o1, S1 = delta.seed_one_shot(*token, initial_state=S0)
+        o1, S1 = seed.seed_one_shot(*token, initial_state=S0)
         o2, S2 = delta.recurrent(*token, initial_state=S0)
         assert_close(o1, o2)
         assert_close(S1, S2)
         S0 = S1
     # over a whole sequence it is not: neither the outputs nor the final state
-    o_seed, S_seed = delta.seed_one_shot(q, k, v, beta)
+    o_seed, S_seed = seed.seed_one_shot(q, k, v, beta)
     o_ref, S_ref = delta.recurrent(q, k, v, beta)
     assert (o_seed - o_ref).abs().max() > 1e-2
     assert (S_seed - S_ref).abs().max() > 1e-2
@@ -206,7 +207,7 @@ def test_fla_delta_rule_chunkwise(chunk_size):
 def _forms(*args, **kw):
     yield lambda: delta.recurrent(*args, **kw)
     yield lambda: delta.chunkwise(*args, **kw)
-    yield lambda: delta.seed_one_shot(*args, **kw)
+    yield lambda: seed.seed_one_shot(*args, **kw)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fla_oracle import load_naive
-from gpt2k3.mixers import _chunked, delta, gated_delta
+from gpt2k3.ops import _chunked, delta, gated_delta
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=25, deadline=None)

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fla_oracle import load_naive
-from gpt2k3.mixers import linear
+from gpt2k3 import seed
+from gpt2k3.ops import linear
 from mixer_testing import assert_close, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -121,8 +122,8 @@ def test_ours_is_causal_seed_prefill_is_not(t):
         before, after = fn(q, k, v), fn(q, k2, v2)
         assert torch.equal(before[:, :, :t], after[:, :, :t]), name  # the past is untouched
         assert not torch.allclose(before[:, :, t], after[:, :, t]), name  # token t itself changes
-    seed_before = linear.seed_prefill(q, k, v)[0]
-    seed_after = linear.seed_prefill(q, k2, v2)[0]
+    seed_before = seed.seed_prefill(q, k, v)[0]
+    seed_after = seed.seed_prefill(q, k2, v2)[0]
     # the seed's outputs for EVERY earlier position depend on token t: it sees the future
     if t > 0:
         diff = (seed_before[:, :, :t] - seed_after[:, :, :t]).abs().amax(dim=(0, 1, 3))
@@ -132,14 +133,14 @@ def test_ours_is_causal_seed_prefill_is_not(t):
 def test_seed_prefill_is_right_only_at_the_end():
     """Its state and its LAST output are correct; every earlier output has seen the future."""
     q, k, v = make(2, 2, 12, 4, 5, seed=11)
-    o_seed, (S_seed, z_seed) = linear.seed_prefill(q, k, v)
+    o_seed, (S_seed, z_seed) = seed.seed_prefill(q, k, v)
     o_ref, (S_ref, z_ref) = linear.recurrent(q, k, v)
     assert_close(S_seed, S_ref)
     assert_close(z_seed, z_ref)
     assert_close(o_seed[:, :, -1], o_ref[:, :, -1])
     assert not torch.allclose(o_seed[:, :, :-1], o_ref[:, :, :-1])
     # for a single token the one-shot prefill is the recurrence
-    assert_close(linear.seed_prefill(q[:, :, :1], k[:, :, :1], v[:, :, :1])[0], o_ref[:, :, :1])
+    assert_close(seed.seed_prefill(q[:, :, :1], k[:, :, :1], v[:, :, :1])[0], o_ref[:, :, :1])
 
 
 # --------------------------------------------------------------------------- epsilon and dtypes
@@ -155,7 +156,7 @@ def test_eps_keeps_underflowed_features_finite():
         linear.parallel(q, k, v)[0],
         linear.recurrent(q, k, v)[0],
         linear.chunkwise(q, k, v, chunk_size=4)[0],
-        linear.seed_prefill(q, k, v)[0],
+        seed.seed_prefill(q, k, v)[0],
     ):
         assert torch.isfinite(o).all()
         assert (o == 0).all()
@@ -180,7 +181,7 @@ def test_eps_must_be_positive(eps):
     with pytest.raises(ValueError, match="eps must be a finite float > 0"):
         linear.decode_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], eps=eps)
     with pytest.raises(ValueError, match="eps must be a finite float > 0"):
-        linear.seed_prefill(q, k, v, eps=eps)
+        seed.seed_prefill(q, k, v, eps=eps)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2k3.mixers import softmax
+from gpt2k3.ops import softmax
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -74,7 +74,8 @@ def test_causal_mask():
 
 def test_parallel_equals_gpt2_attention_heads():
     """With GPT-2's projections around it, parallel() is GPT-2's attention."""
-    from gpt2k3.gpt2 import CausalSelfAttention, GPTConfig
+    from gpt2k3.layers.attention import CausalSelfAttention
+    from gpt2k3.config import GPTConfig
 
     torch.manual_seed(0)
     cfg = GPTConfig(n_embd=32, n_head=4, n_layer=1, vocab_size=11, block_size=16)

@@ -8,16 +8,11 @@ import pytest
 import torch
 
 from gpt2k3.cache import LayerCache, ModelCache
-from gpt2k3.gpt2 import GPT, GPTConfig, generate
-from gpt2k3.kv_cache import KVCache
-from gpt2k3.mixers.mla import (
-    MLA,
-    LatentCache,
-    MLAConfig,
-    apply_rope,
-    latent_numbers_per_token,
-    mha_equivalent_numbers_per_token,
-)
+from gpt2k3.model import GPT, generate
+from gpt2k3.config import GPTConfig
+from gpt2k3.cache import KVCache
+from gpt2k3.layers.mla import (MLA, LatentCache, MLAConfig, apply_rope, latent_numbers_per_token,
+    mha_equivalent_numbers_per_token)
 
 SMALL = dict(d_model=32, n_heads=4, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6,
              qk_rope_head_dim=4, v_head_dim=5, rope_theta=10000.0, max_len=16)
@@ -241,7 +236,7 @@ GPT_CFG = GPTConfig(block_size=24, vocab_size=53, n_layer=3, n_head=4, n_embd=32
 
 def mla_moe_gpt(seed=0):
     """The one decoder with MLA as every block's token mixer and an MoE as its channel mixer."""
-    from gpt2k3.moe import MoE, MoEConfig
+    from gpt2k3.layers.moe import MoE, MoEConfig
 
     torch.manual_seed(seed)
     mla = MLAConfig(**{**SMALL, "max_len": GPT_CFG.block_size})
@@ -251,7 +246,7 @@ def mla_moe_gpt(seed=0):
 
 
 def test_mla_and_moe_in_the_decoder_decode_token_identically():
-    from gpt2k3.moe import MoE
+    from gpt2k3.layers.moe import MoE
 
     model = mla_moe_gpt()
     assert all(isinstance(b.attn, MLA) and isinstance(b.mlp, MoE) for b in model.transformer.h)
@@ -328,7 +323,7 @@ def test_matches_transformers_deepseek_v3_attention(q_lora_rank, rope_interleave
 # ----------------------------------------------------------------------------- chapter 7
 from gpt2k3.accounting import ArchSpec, count_params, kv_cache_bytes, kv_numbers_per_layer  # noqa: E402
 from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B  # noqa: E402
-from gpt2k3.mixers.mla import compare_decodes  # noqa: E402
+from gpt2k3.layers.mla import compare_decodes  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
@@ -383,7 +378,7 @@ def test_from_spec_and_layer_count_agree_with_the_accounting():
 
 
 def test_mla_cache_variants_and_figure():
-    from gpt2k3.figures import mla_cache, mla_cache_variants
+    from gpt2k3.book.figures import mla_cache, mla_cache_variants
 
     v = mla_cache_variants(DEEPSEEK_V3)
     assert list(v.values()) == [576, 40_960, 2 * 8 * 128]

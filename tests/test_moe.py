@@ -4,7 +4,8 @@ load statistics, input validation, and an oracle check against Hugging Face's De
 import pytest
 import torch
 
-from gpt2k3.moe import MoE, MoEConfig, Router, SwiGLU
+from gpt2k3.layers.moe import MoE, MoEConfig, Router
+from gpt2k3.layers.mlp import SwiGLU
 
 BASE = dict(d_model=16, n_routed_experts=8, n_shared_experts=1, top_k=2, d_expert=12,
             score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5)
@@ -234,7 +235,7 @@ def test_module_parameters_agree_with_the_accounting():
 
 
 def test_routing_counts_invariants():
-    from gpt2k3.figures import routing_counts
+    from gpt2k3.book.figures import routing_counts
 
     r = routing_counts(n_experts=12, top_k=3, n_tokens=40, n_topics=5)
     w = torch.tensor(r["weights"])
@@ -252,7 +253,7 @@ def test_routing_counts_invariants():
 
 
 def test_bias_balancing_evens_out_the_load():
-    from gpt2k3.figures import routing_counts
+    from gpt2k3.book.figures import routing_counts
 
     before = routing_counts(top_k=2)
     after = routing_counts(top_k=2, balance_steps=50)
@@ -266,14 +267,14 @@ def test_bias_balancing_evens_out_the_load():
     (dict(balance_steps=-1), "balance_steps"), (dict(seed=1.5), "seed"),
 ])
 def test_routing_counts_validates(kwargs, field):
-    from gpt2k3.figures import routing_counts
+    from gpt2k3.book.figures import routing_counts
 
     with pytest.raises(ValueError, match=field):
         routing_counts(**kwargs)
 
 
 def test_routing_figures_carry_each_steps_routing():
-    from gpt2k3.figures import moe_balancing, moe_routing, routing_counts
+    from gpt2k3.book.figures import moe_balancing, moe_routing, routing_counts
 
     fig = moe_routing(top_ks=(1, 4), active=0, n_tokens=24)
     (slider,) = fig.layout.sliders
@@ -302,7 +303,7 @@ def test_routing_figures_carry_each_steps_routing():
 def test_routing_explorer_redraws_and_reports_bad_settings():
     import plotly.graph_objects as go
 
-    from gpt2k3.widgets import routing_explorer
+    from gpt2k3.book.widgets import routing_explorer
 
     box = routing_explorer()
     c = box.controls

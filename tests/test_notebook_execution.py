@@ -5,7 +5,7 @@ kernel answered in under a second, but the client saw the reply only at its time
 cause was the explorer drawing into an ``ipywidgets.Output`` with ``with output: display()``:
 nbclient mimics a frontend for Output widgets and answers each captured output on the
 kernel's shell socket from inside its IOPub handler, and that send could swallow the wake-up
-of the pending ``execute_reply`` (see ``gpt2k3.widgets._explorer``).  This test runs every
+of the pending ``execute_reply`` (see ``gpt2k3.book.widgets._explorer``).  This test runs every
 explorer the chapters show, several rounds, and measures, for every cell, the time between
 the kernel's reply and the client receiving it.
 """
@@ -44,7 +44,7 @@ def test_every_chapter_explorer_is_found():
 
 def test_explorer_cells_never_stall_a_headless_client():
     calls = explorer_calls()
-    cells = [new_code_cell("import torch\nimport gpt2k3.widgets as widgets")]
+    cells = [new_code_cell("import torch\nimport gpt2k3.book.widgets as widgets")]
     for _ in range(ROUNDS):
         cells += [new_code_cell(f"widgets.{name}()") for name in calls]
     nb = new_notebook(cells=cells)

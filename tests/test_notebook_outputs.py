@@ -8,7 +8,7 @@ including chapters written later:
 * no number in a stored output carries more than ``GLUE_DIGITS`` significant digits
   (a float32 computation is good to about 7; what it prints must be less);
 * no rounding-level quantity (below 1e-4) is printed as raw digits: it is asserted against
-  a tolerance and shown as the bound, ``≤ 1e-5`` (see ``gpt2k3.display.bound``);
+  a tolerance and shown as the bound, ``≤ 1e-5`` (see ``gpt2k3.book.display.bound``);
 * only cells whose point is a live, machine-dependent display skip nbval's comparison, and
   each says why in a comment.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt2k3.display import GLUE_DIGITS
+from gpt2k3.book.display import GLUE_DIGITS
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt2k3.colab import BOOTSTRAP, REPO_URL
+from gpt2k3.book.colab import BOOTSTRAP, REPO_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from gpt2k3 import accounting, display, figures
+from gpt2k3 import accounting
+from gpt2k3.book import display, figures
 from gpt2k3.accounting import (H200, STATE_DTYPE_BYTES, decode_bytes, decode_bytes_per_token,
-                               expected_distinct_experts, hybrid_cache_bytes, roofline,
-                               state_bytes, weight_and_cache_bytes)
+    expected_distinct_experts, hybrid_cache_bytes, roofline, state_bytes, weight_and_cache_bytes)
 from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B
-from gpt2k3.figures import k3 as ch8
-from gpt2k3.figures import kv_cache as ch2
+from gpt2k3.book.figures import k3 as ch8
+from gpt2k3.book.figures import kv_cache as ch2
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gpt2k3"
 SPECS = (DEEPSEEK_V3, KIMI_LINEAR_48B, KIMI_K2)
@@ -96,7 +96,7 @@ OWNED_FIGURES = ("gpt2", "kv_cache", "gates", "mla_moe", "k3", "recall")
 
 @pytest.mark.parametrize("module", OWNED_FIGURES)
 def test_figures_define_no_formatter_and_no_model_logic(module):
-    tree = ast.parse((SRC / "figures" / f"{module}.py").read_text())
+    tree = ast.parse((SRC / "book" / "figures" / f"{module}.py").read_text())
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     for name in ("human_bytes", "fmt_bytes", "fmt_gb", "fmt_count", "_gb", "_short",
                  "hybrid_spec", "hybrid_cache_bytes", "ratio_label", "full_attention",
@@ -104,8 +104,8 @@ def test_figures_define_no_formatter_and_no_model_logic(module):
         assert name not in defined, f"figures/{module}.py defines {name}"
 
 
-@pytest.mark.parametrize("path", sorted((SRC / "figures").glob("*.py"))
-                         + sorted((SRC / "widgets").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((SRC / "book" / "figures").glob("*.py"))
+                         + sorted((SRC / "book" / "widgets").glob("*.py")), ids=lambda p: p.name)
 def test_no_figure_or_widget_imports_a_private_name(path):
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -126,8 +126,8 @@ def test_formatters():
 
 # ------------------------------------------------------------------ published configurations
 def test_published_layer_configs_derive_from_archs():
-    from gpt2k3.mixers.mla import MLAConfig
-    from gpt2k3.moe import MoEConfig
+    from gpt2k3.layers.mla import MLAConfig
+    from gpt2k3.layers.moe import MoEConfig
 
     for spec, mla, moe in ((DEEPSEEK_V3, MLAConfig.deepseek_v3(), MoEConfig.deepseek_v3()),
                            (KIMI_K2, MLAConfig.kimi_k2(), MoEConfig.kimi_k2())):
@@ -161,6 +161,6 @@ def test_accounting_imports_no_torch():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] == "torch" for n in names), path.name
-    code = ("import sys, gpt2k3.accounting, gpt2k3.archs, gpt2k3.display; "
+    code = ("import sys, gpt2k3.accounting, gpt2k3.archs, gpt2k3.book.display; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -8,14 +8,16 @@ import pytest
 import torch
 import torch.nn as nn
 
-from gpt2k3 import figures, recall
-from gpt2k3.figures import recall as recall_figs
-from gpt2k3.gpt2 import GPT, CausalSelfAttention
-from gpt2k3.layers.delta import KDA, DeltaNet, GatedDeltaNet
-from gpt2k3.layers.linear import LinearAttention
-from gpt2k3.recall import MIXERS, ModelConfig, TrainConfig
-from gpt2k3.tasks import MQARConfig, mqar
-from gpt2k3.widgets.recall import VARIANTS
+from gpt2k3.book import figures
+from gpt2k3.experiments import recall
+from gpt2k3.book.figures import recall as recall_figs
+from gpt2k3.model import GPT
+from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
+from gpt2k3.layers.linear_attention import LinearAttention
+from gpt2k3.experiments.recall import MIXERS, ModelConfig, TrainConfig
+from gpt2k3.experiments.mqar import MQARConfig, mqar
+from gpt2k3.book.widgets.recall import VARIANTS
 
 TINY = ModelConfig(d_model=32, n_layer=2, n_head=2, chunk_size=8)
 TASKS = [MQARConfig(n_pairs=2, vocab_size=32), MQARConfig(n_pairs=4, vocab_size=32)]
@@ -313,7 +315,7 @@ def test_run_figure_and_live_explorer(sweep):
     runs, data = sweep
     fig = figures.recall_run(runs[1], recall.sweep_point(data, "deltanet", 0))
     assert len(fig.data) == 3 and list(fig.data[1].y) == [100 * runs[1].accuracy[P] for P in (2, 4)]
-    from gpt2k3.widgets import train_explorer
+    from gpt2k3.book.widgets import train_explorer
 
     box = train_explorer(data)
     c = box.controls

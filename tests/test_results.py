@@ -1,4 +1,4 @@
-"""Benchmark results travel with the package: gpt2k3.results and its packaged copy."""
+"""Benchmark results travel with the package: gpt2k3.book.results and its packaged copy."""
 
 import importlib.util
 import json
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpt2k3 import results
+from gpt2k3.book import results
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "benchmarks" / "results"
-PACKAGED = ROOT / "src" / "gpt2k3" / "results_data"
+PACKAGED = ROOT / "src" / "gpt2k3" / "book" / "results_data"
 
 
 def _sync_script():
@@ -34,7 +34,7 @@ def test_every_packaged_file_is_declared_package_data():
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"]["gpt2k3"]
     for p in PACKAGED.iterdir():
-        assert any(fnmatch(f"results_data/{p.name}", pat) for pat in patterns), p.name
+        assert any(fnmatch(f"book/results_data/{p.name}", pat) for pat in patterns), p.name
 
 
 def test_the_package_copy_is_read_outside_a_checkout(tmp_path, monkeypatch):

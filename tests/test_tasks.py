@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2k3.tasks import BLANK, IGNORE, MQARBatch, MQARConfig, mqar
+from gpt2k3.experiments.mqar import BLANK, IGNORE, MQARBatch, MQARConfig, mqar
 
 
 def reference_answers(inputs: torch.Tensor, config: MQARConfig) -> torch.Tensor:
@@ -103,7 +103,7 @@ def test_bad_arguments_raise():
 
 
 def test_as_table_lays_out_one_sequence():
-    from gpt2k3.tasks import as_table
+    from gpt2k3.experiments.mqar import as_table
 
     cfg = MQARConfig(n_pairs=2, vocab_size=11, n_queries=1, seq_len=7)
     batch = mqar(cfg, 3, seed=0)

@@ -7,7 +7,7 @@ import stat
 import pytest
 import torch
 
-from gpt2k3 import text
+from gpt2k3.experiments import corpus as text
 
 # A few chapters in the program's format: a heading between blank lines, numbered verses
 # indented by two spaces, long verses wrapped onto unindented lines.

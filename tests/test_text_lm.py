@@ -8,12 +8,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from gpt2k3 import results, text, text_lm
-from gpt2k3.gpt2 import GPT, CausalSelfAttention
-from gpt2k3.k3 import BoundedKDA, GatedNoPEMLA
-from gpt2k3.layers.delta import KDA, DeltaNet, GatedDeltaNet
-from gpt2k3.layers.linear import LinearAttention
-from gpt2k3.text_lm import MIXERS, ConvMixer, TextModelConfig, TextTrainConfig
+from gpt2k3.book import results
+from gpt2k3.experiments import corpus as text, text_lm
+from gpt2k3.model import GPT
+from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.layers.deltanet import BoundedKDA
+from gpt2k3.layers.mla import GatedNoPEMLA
+from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
+from gpt2k3.layers.linear_attention import LinearAttention
+from gpt2k3.experiments.text_lm import MIXERS, ConvMixer, TextModelConfig, TextTrainConfig
 
 TINY = TextModelConfig(n_layer=4, d_model=32, n_head=2, context=32, max_context=128, chunk_size=16)
 TRAIN = TextTrainConfig(steps=30, batch_size=4, lr=3e-3, warmup=3, eval_every=10,
@@ -81,7 +84,7 @@ def test_parameter_counts_are_matched_to_gpt2(config):
 
 def test_conv_mixer_starts_as_its_layer_and_decodes_like_a_forward():
     torch.manual_seed(0)
-    from gpt2k3.gpt2 import GPTConfig
+    from gpt2k3.config import GPTConfig
     cfg = GPTConfig(block_size=64, vocab_size=256, n_layer=1, n_head=2, n_embd=16, position="none")
     inner = CausalSelfAttention(cfg)
     conv = ConvMixer(inner, 16)

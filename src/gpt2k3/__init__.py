@@ -1,8 +1,8 @@
 """gpt2k3: the shared implementation behind the book "From GPT-2 to Kimi K3".
 
-One module per idea, in reading order: :mod:`gpt2k3.gpt2`, :mod:`gpt2k3.kv_cache`,
-:mod:`gpt2k3.mixers`, :mod:`gpt2k3.accounting`, :mod:`gpt2k3.archs`, and the
-explorables in :mod:`gpt2k3.figures` (static plotly) and :mod:`gpt2k3.widgets`
+One module per idea, in reading order: :mod:`gpt2k3.model`, :mod:`gpt2k3.cache`,
+:mod:`gpt2k3.ops`, :mod:`gpt2k3.accounting`, :mod:`gpt2k3.archs`, and the
+explorables in :mod:`gpt2k3.book.figures` (static plotly) and :mod:`gpt2k3.book.widgets`
 (live ipywidgets).
 """
 

@@ -40,7 +40,12 @@ replaced it.)
 
 from __future__ import annotations
 
-from .accounting import ArchSpec, VisionTower, hybrid_layers, kda_layers_from_full_attn
+from gpt2k3.accounting import (
+    ArchSpec,
+    VisionTower,
+    hybrid_layers,
+    kda_layers_from_full_attn,
+)
 
 __all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
@@ -283,7 +288,7 @@ def gpt2_multiples(total: float = K3_TOTAL_PARAMS) -> dict[str, float]:
     ``"headline"``: against GPT-2 small rounded to 124M, whole models (the source article's
     22,580 for 2.8T); ``"exact"``: against its exact 124,439,808 parameters (a float).
     """
-    from .accounting import count_params
+    from gpt2k3.accounting import count_params
 
     if isinstance(total, bool) or not isinstance(total, (int, float)) or not total > 0:
         raise ValueError(f"total must be a positive number of parameters, got {total!r}")
@@ -352,7 +357,17 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
 
 
 def spec_from_gpt_config(config, name: str = "custom") -> ArchSpec:
-    """The :class:`ArchSpec` of a :class:`gpt2k3.gpt2.GPTConfig` (to count a model we can build)."""
+    """The :class:`ArchSpec` of a :class:`gpt2k3.config.GPTConfig` (to count a model we can build)."""
     return ArchSpec(name=name, vocab_size=config.vocab_size, n_layer=config.n_layer,
                     d_model=config.n_embd, n_head=config.n_head, max_positions=config.block_size,
                     bias=config.bias, norm="layernorm", tied_embeddings=True)
+
+
+#: ``linear_attn_config.gate_lower_bound`` of Kimi K3's config.json.
+K3_GATE_LOWER_BOUND = KIMI_K3_CONFIG["linear_attn_config.gate_lower_bound"][0]
+
+#: ``rms_norm_eps`` of Kimi K3's config.json (``gpt2k3.archs.KIMI_K3_CONFIG``), which SGLang
+#: 0.5.23 gives its RMSNorms as ``config.rms_norm_eps``: the layer norms, MLA's latent norms,
+#: the routed experts' latent norm and the Attention-Residual score norms (KDA's output norm
+#: takes 1e-5 as its constructor default). ``KimiLinearConfig``'s own default is 1e-6.
+K3_RMS_NORM_EPS = KIMI_K3_CONFIG["rms_norm_eps"][0]

@@ -13,11 +13,15 @@ fixed-size state, a compressed latent -- but how the model talks to it does not:
   ``t`` more tokens do not fit) and ``cache.reset()``.
 
 A model's cache is a :class:`ModelCache`: the list of its layers' caches, one per block, with the
-same questions answered for the whole stack. :func:`gpt2k3.gpt2.generate` asks the model for one
+same questions answered for the whole stack. :func:`gpt2k3.model.generate` asks the model for one
 (``model.new_cache``) and passes it back to every forward call; it never needs to know which
 mixers the model holds.
 
-This module is the bottom of the package: it imports nothing from ``gpt2k3``.
+The cache kinds live here too: :class:`KVCache` (softmax attention's preallocated keys and values),
+:class:`ConcatKVCache` (the seed's ``torch.cat`` cache), :class:`StateCache` (a recurrent mixer's
+fixed-size state) and :class:`ConvCache` (a short convolution's tail).
+
+This module is the bottom of the package: it imports only :mod:`gpt2k3.checks`.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-__all__ = ["LayerCache", "StateCache", "ModelCache", "nbytes_of", "check_cache", "check_tokens",
-           "sizes_of"]
+from gpt2k3.checks import check_finite, check_positive_int
+
+__all__ = ["LayerCache", "StateCache", "ModelCache", "nbytes_of", "check_cache", "check_tokens", "sizes_of", "KVCache", "ConcatKVCache", "concat_cache", "concat_copy_bytes", "ConvCache"]
 
 
 def nbytes_of(obj: Any) -> int:
@@ -203,3 +208,164 @@ def sizes_of(sizes: Sequence[int], total: int) -> list[int]:
         raise ValueError(f"sizes must be positive ints adding up to T = {total}, got {sizes}")
     return sizes
 
+
+class KVCache(LayerCache):
+    """One attention layer's preallocated K and V buffers with a length pointer.
+
+    Parameters
+    ----------
+    batch, n_head, max_len, head_dim:
+        Sizes; K and V are each ``(batch, n_head, max_len, head_dim)``.
+    dtype, device:
+        Storage dtype and device of the buffers.
+
+    :meth:`extend` writes ``t`` new positions at ``length .. length+t-1`` and returns views of
+    every filled position; nothing is ever copied or re-allocated, and writing past ``max_len``
+    raises ``ValueError``. A model holds one per attention layer, inside a
+    :class:`gpt2k3.cache.ModelCache` (``model.new_cache(batch, max_len)``).
+    """
+
+    def __init__(self, batch: int, n_head: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        super().__init__()
+        for name, value in (("batch", batch), ("n_head", n_head), ("max_len", max_len),
+                            ("head_dim", head_dim)):
+            check_positive_int(value, name)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
+        shape = (batch, n_head, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.batch, self.n_head, self.max_len, self.head_dim = batch, n_head, max_len, head_dim
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for K and V (independent of ``length``)."""
+        return self.k.numel() * self.k.element_size() * 2
+
+    @property
+    def used_nbytes(self) -> int:
+        """Bytes of the filled part: what one decode step must read."""
+        return self.nbytes * self.length // self.max_len
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``k, v`` of shape ``(B, H, t, D)`` at positions ``length..length+t-1``, move
+        ``length`` by ``t``, and return views of all filled positions ``(B, H, length, D)``."""
+        _check_kv(k, v, self.batch, self.n_head, self.head_dim)
+        if k.dtype != self.k.dtype or v.dtype != self.k.dtype:
+            raise ValueError(f"k and v must have the cache's dtype {self.k.dtype}, got {k.dtype} and {v.dtype}")
+        if k.device != self.k.device or v.device != self.k.device:
+            raise ValueError(f"k and v must be on the cache's device {self.k.device}, got {k.device}")
+        check_finite(k, "k")  # once per entry, when written: readers need not scan the cache
+        check_finite(v, "v")
+        start, t = self.length, k.shape[2]
+        self._advance(t)
+        self.k[:, :, start:self.length] = k
+        self.v[:, :, start:self.length] = v
+        return self.k[:, :, :self.length], self.v[:, :, :self.length]
+
+
+def _check_kv(k: torch.Tensor, v: torch.Tensor, batch: int, n_head: int, head_dim: int) -> None:
+    if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor) or k.dim() != 4 \
+            or k.shape != v.shape or k.shape[0] != batch or k.shape[1] != n_head \
+            or k.shape[3] != head_dim:
+        raise ValueError(f"k and v must have shape (B, H, t, D) = ({batch}, {n_head}, t, {head_dim}), "
+                         f"got {tuple(getattr(k, 'shape', ()))} and {tuple(getattr(v, 'shape', ()))}")
+
+
+class ConcatKVCache(LayerCache):
+    """The seed article's cache for one layer: every step concatenates the new keys and values
+    onto the old ones with ``torch.cat``.
+
+    Same protocol as :class:`KVCache`, same results; the difference is cost. Each step
+    allocates new tensors and copies the whole cache, so step ``n`` moves O(n) bytes just to
+    append one position, where :class:`KVCache` writes one position in place. Kept as the
+    comparison point of chapter 2's benchmark; :func:`concat_cache` builds one per layer of a
+    GPT-2-style model.
+    """
+
+    def __init__(self, batch: int, n_head: int, head_dim: int):
+        super().__init__()
+        for name, value in (("batch", batch), ("n_head", n_head), ("head_dim", head_dim)):
+            check_positive_int(value, name)
+        self.batch, self.n_head, self.head_dim = batch, n_head, head_dim
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.bytes_copied = 0  #: bytes moved by torch.cat so far (the O(N) per step)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _check_kv(k, v, self.batch, self.n_head, self.head_dim)
+        check_finite(k, "k")
+        check_finite(v, "v")
+        self._advance(k.shape[2])
+        if self.k is not None:
+            k = torch.cat((self.k, k), dim=2)
+            v = torch.cat((self.v, v), dim=2)
+            self.bytes_copied += 2 * k.numel() * k.element_size()
+        self.k, self.v = k, v
+        return k, v
+
+    def reset(self) -> None:
+        super().reset()
+        self.k = self.v = None
+
+
+def concat_cache(model, batch: int = 1) -> ModelCache:
+    """A :class:`~gpt2k3.cache.ModelCache` of the seed's concatenating caches, one per layer of
+    ``model`` (any model with a GPT-2 ``config``: ``n_layer``, ``n_head``, ``n_embd``)."""
+    c = model.config
+    return ModelCache(ConcatKVCache(batch, c.n_head, c.n_embd // c.n_head) for _ in range(c.n_layer))
+
+
+def concat_copy_bytes(n_layer: int, n_embd: int, prompt_len: int, n_new: int, dtype_bytes: int = 4) -> int:
+    """Bytes :class:`ConcatKVCache` copies while decoding ``n_new`` tokens after a
+    ``prompt_len``-token prefill: step ``i`` rebuilds K and V of every layer at length
+    ``prompt_len + i`` — a sum that grows quadratically with ``n_new`` — where the
+    preallocated cache writes one position per step."""
+    for name, value in (("n_layer", n_layer), ("n_embd", n_embd), ("prompt_len", prompt_len),
+                        ("dtype_bytes", dtype_bytes)):
+        check_positive_int(value, name)
+    if not isinstance(n_new, int) or n_new < 0:
+        raise ValueError(f"n_new must be a non-negative int, got {n_new!r}")
+    positions = sum(prompt_len + i for i in range(1, n_new + 1))
+    return 2 * n_layer * n_embd * positions * dtype_bytes
+
+
+class ConvCache(LayerCache):
+    """The cache of a :class:`ConvMixer`: its inner layer's cache (``inner``: a KV cache or a
+    recurrent state) and the convolution's last ``kernel_size - 1`` inputs (``conv``,
+    ``(B, C, kernel_size - 1)``; ``None`` before the first token). Length, room and bytes are
+    the inner cache's, plus the convolution's tail."""
+
+    def __init__(self, inner: LayerCache):
+        if not isinstance(inner, LayerCache):
+            raise ValueError(f"inner must be a LayerCache, got {type(inner).__name__}")
+        self.inner = inner
+        self.conv: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    @property
+    def max_len(self):
+        return self.inner.max_len
+
+    def check_room(self, t: int) -> None:
+        self.inner.check_room(t)
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes + nbytes_of(self.conv)
+
+    @property
+    def used_nbytes(self) -> int:
+        return self.inner.used_nbytes + nbytes_of(self.conv)
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.conv = None

@@ -20,7 +20,7 @@ import importlib
 import itertools
 from typing import Any, Iterable
 
-from .accounting import ArchSpec
+from gpt2k3.accounting import ArchSpec
 
 __all__ = ["ENABLE", "MIN_TRANSFORMERS", "available", "hf_config", "hf_meta_model",
            "hf_param_count", "hf_param_counts"]

@@ -3,7 +3,7 @@
 An :class:`ArchSpec` describes a decoder-only architecture as data; the functions here count
 what it costs without building it, so the same code counts GPT-2 small and models far too large
 to instantiate.  Every count is checked against real modules in the tests: our
-:class:`gpt2k3.gpt2.GPT` and Hugging Face's ``GPT2LMHeadModel`` for the GPT-2 family, and
+:class:`gpt2k3.model.GPT` and Hugging Face's ``GPT2LMHeadModel`` for the GPT-2 family, and
 ``DeepseekV3ForCausalLM`` / ``KimiLinearForCausalLM`` built on PyTorch's ``meta`` device (no
 memory) for DeepSeek-V3, Kimi K2 and Kimi Linear.
 
@@ -81,28 +81,26 @@ is the one state-size function, float32 states by default), ``decay`` (KDA's log
 
 from __future__ import annotations
 
-from . import decay, decode, flops, hardware, memory, params, serving, spec, units
-from .decay import kda_log_decay, kda_log_decay_range
-from .decode import (CacheTraffic, DecodeBytes, cache_bound_context, decode_bytes,
-                     decode_bytes_per_token, decode_cache_traffic, expected_distinct_experts,
-                     weight_and_cache_bytes, weights_cache_crossing, weights_read_per_step)
-from .flops import flops_per_token, mla_decode_costs
-from .hardware import (H200, H200_BAND, H200_DATASHEET, H200_MEASURED, H200_MEASUREMENTS,
-                       Hardware)
-from .memory import (hybrid_cache_bytes, kv_cache_bytes, kv_numbers_per_layer,
-                     kv_numbers_per_token, memory_per_sequence, mixer_state_numbers,
-                     mla_cache_variants, state_bytes, state_numbers_per_layer)
-from .params import (COMPONENTS, DETAIL_COMPONENTS, PART_COMPONENTS, PART_OF_DETAIL, ParamCount,
-                     checkpoint_bytes, count_params, mtp_params, packed_bytes_per_weight,
-                     stored_elements)
-from .serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed,
-                      expected_busiest_experts, expected_busiest_experts_sampled,
-                      hybrid_speedups, max_batch, plan_roofline, roofline, roofline_band,
-                      serving_memory, serving_plan, tpot_readings, weight_format)
-from .spec import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, VisionTower,
-                   full_attention, hybrid_layers, hybrid_spec, kda_layers_from_full_attn,
-                   ratio_label)
-from .units import DTYPE_BYTES, STATE_DTYPE_BYTES, dtype_bytes
+from gpt2k3.accounting.decay import kda_log_decay, kda_log_decay_range
+from gpt2k3.accounting.decode import (CacheTraffic, DecodeBytes, cache_bound_context, decode_bytes,
+    decode_bytes_per_token, decode_cache_traffic, expected_distinct_experts,
+    weight_and_cache_bytes, weights_cache_crossing, weights_read_per_step)
+from gpt2k3.accounting.flops import flops_per_token, mla_decode_costs
+from gpt2k3.accounting.hardware import (H200, H200_BAND, H200_DATASHEET, H200_MEASURED,
+    H200_MEASUREMENTS, Hardware)
+from gpt2k3.accounting.memory import (hybrid_cache_bytes, kv_cache_bytes, kv_numbers_per_layer,
+    kv_numbers_per_token, memory_per_sequence, mixer_state_numbers, mla_cache_variants,
+    state_bytes, state_numbers_per_layer)
+from gpt2k3.accounting.params import (COMPONENTS, DETAIL_COMPONENTS, PART_COMPONENTS,
+    PART_OF_DETAIL, ParamCount, checkpoint_bytes, count_params, mtp_params,
+    packed_bytes_per_weight, stored_elements)
+from gpt2k3.accounting.serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed,
+    expected_busiest_experts, expected_busiest_experts_sampled, hybrid_speedups, max_batch,
+    plan_roofline, roofline, roofline_band, serving_memory, serving_plan, tpot_readings,
+    weight_format)
+from gpt2k3.accounting.spec import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, VisionTower,
+    full_attention, hybrid_layers, hybrid_spec, kda_layers_from_full_attn, ratio_label)
+from gpt2k3.accounting.units import DTYPE_BYTES, STATE_DTYPE_BYTES, dtype_bytes
 
 __all__ = [
     # spec

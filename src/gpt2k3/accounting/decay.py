@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .spec import ArchSpec, check_spec
+from gpt2k3.accounting.spec import ArchSpec, check_spec
 
 __all__ = ["kda_log_decay", "kda_log_decay_range"]
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._checks import is_int, nonneg_int, positive_bytes, positive_int
-from .memory import kv_cache_bytes, state_bytes
-from .params import count_params
-from .spec import ArchSpec, check_spec
-from .units import STATE_DTYPE_BYTES
+from gpt2k3.accounting._checks import is_int, nonneg_int, positive_bytes, positive_int
+from gpt2k3.accounting.memory import kv_cache_bytes, state_bytes
+from gpt2k3.accounting.params import count_params
+from gpt2k3.accounting.spec import ArchSpec, check_spec
+from gpt2k3.accounting.units import STATE_DTYPE_BYTES
 
 __all__ = ["expected_distinct_experts", "weights_read_per_step", "DecodeBytes", "decode_bytes",
            "decode_bytes_per_token", "weight_and_cache_bytes", "cache_bound_context"]
@@ -182,7 +182,7 @@ def weights_cache_crossing(spec: ArchSpec, batch: int = 1, weight_bytes: float =
     position table too -- memory held, not read), ``state`` the batch's states
     (:func:`~gpt2k3.accounting.memory.state_bytes`, held once, so not doubled as in
     :func:`decode_bytes`), ``kv`` the cache bytes of one more token of every sequence.  This is
-    where the cache line of chapter 2's cache-growth figure (:func:`gpt2k3.figures.cache_growth`)
+    where the cache line of chapter 2's cache-growth figure (:func:`gpt2k3.book.figures.cache_growth`)
     crosses its weights line; compare :func:`cache_bound_context`, the crossing against the
     weights one decode step *reads* (one row of the position table), which is a little earlier.
     A float; ``math.inf`` for a model with no growing cache, 0 when the states alone outweigh
@@ -249,7 +249,7 @@ def decode_cache_traffic(spec: ArchSpec, prompt_len: int, n_new: int, batch: int
     * attention reads ``kv * S`` with either cache;
     * the preallocated cache writes ``kv * n_new`` (one position per step);
     * the concatenating cache's ``torch.cat`` reads ``kv * S`` and writes ``kv * S``
-      (:func:`gpt2k3.kv_cache.concat_copy_bytes` counts those writes).
+      (:func:`gpt2k3.cache.concat_copy_bytes` counts those writes).
 
     So the concatenating cache moves ``3 S / (S + n_new)`` times the preallocated one's cache
     bytes, never 3 or more.  Weights, activations and the allocator's own work are not counted.

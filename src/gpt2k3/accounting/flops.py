@@ -3,10 +3,9 @@ context-dependent attention term and the KDA state update."""
 
 from __future__ import annotations
 
-from ._checks import nonneg_int
-from .spec import check_spec
-from .params import count_params
-from .spec import ArchSpec
+from gpt2k3.accounting._checks import nonneg_int
+from gpt2k3.accounting.params import count_params
+from gpt2k3.accounting.spec import ArchSpec, check_spec
 
 __all__ = ["mla_decode_costs", "flops_per_token"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ._checks import is_int, positive_bytes, positive_number
+from gpt2k3.accounting._checks import is_int, positive_bytes, positive_number
 
 __all__ = ["Hardware", "H200", "H200_MEASURED", "H200_BAND", "H200_DATASHEET",
            "H200_MEASUREMENTS"]

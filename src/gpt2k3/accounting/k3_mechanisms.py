@@ -1,4 +1,4 @@
-"""What Kimi K3 adds, in plain numbers: the torch-free companions of :mod:`gpt2k3.k3` that
+"""What Kimi K3 adds, in plain numbers: the torch-free companions of :mod:`gpt2k3.models.k3` that
 chapter 8 ("What Kimi K3 adds") computes with -- how many sources each Attention-Residual read
 mixes, how large the bounded decay lets a kernel's diagonal block be as one float32 matrix
 product, what latent experts cost, and the two factors of SiTU-GLU. K3's constants are read
@@ -10,11 +10,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..archs import KIMI_K3_CONFIG
-from ._checks import finite_number, nonneg_int, positive_int, positive_number
-from .flops import flops_per_token
-from .params import count_params
-from .spec import ArchSpec
+from gpt2k3.accounting._checks import (
+    finite_number,
+    nonneg_int,
+    positive_int,
+    positive_number,
+)
+from gpt2k3.accounting.flops import flops_per_token
+from gpt2k3.accounting.params import count_params
+from gpt2k3.accounting.spec import ArchSpec
+from gpt2k3.archs import KIMI_K3_CONFIG
 
 __all__: list[str] = ["SITU_BETA", "SITU_LINEAR_BETA"]
 

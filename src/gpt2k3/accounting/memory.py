@@ -10,9 +10,16 @@ for.
 
 from __future__ import annotations
 
-from ._checks import as_bytes, byte_sizes, is_int, nonneg_int, positive_bytes, positive_int
-from .spec import ArchSpec, check_spec, hybrid_spec
-from .units import STATE_DTYPE_BYTES
+from gpt2k3.accounting._checks import (
+    as_bytes,
+    byte_sizes,
+    is_int,
+    nonneg_int,
+    positive_bytes,
+    positive_int,
+)
+from gpt2k3.accounting.spec import ArchSpec, check_spec, hybrid_spec
+from gpt2k3.accounting.units import STATE_DTYPE_BYTES
 
 __all__ = ["kv_numbers_per_layer", "kv_numbers_per_token", "kv_cache_bytes",
            "mixer_state_numbers", "state_numbers_per_layer", "state_bytes",
@@ -58,7 +65,7 @@ def mla_cache_variants(spec: ArchSpec, gqa_kv_heads: int = 8) -> dict[str, int]:
     ``"MLA latent"``: ``kv_lora_rank + qk_rope_head_dim`` (:func:`kv_numbers_per_layer`);
     ``"MHA, same heads"``: every head's decompressed key (``qk_nope_head_dim +
     qk_rope_head_dim``) and value (``v_head_dim``), ``n_head * (qk_head_dim + v_head_dim)``
-    (what :func:`gpt2k3.mixers.mla.mha_equivalent_numbers_per_token` counts);
+    (what :func:`gpt2k3.layers.mla.mha_equivalent_numbers_per_token` counts);
     ``"GQA, g K/V heads"``: a hypothetical grouped-query cache of ``gqa_kv_heads`` K/V heads of
     width ``v_head_dim``.
     """

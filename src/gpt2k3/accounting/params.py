@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._checks import is_int as _is_int
-from .spec import ArchSpec
+from gpt2k3.accounting._checks import is_int as _is_int
+from gpt2k3.accounting.spec import ArchSpec
 
 __all__ = ["ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
            "PART_COMPONENTS", "PART_OF_DETAIL", "packed_bytes_per_weight", "checkpoint_bytes",

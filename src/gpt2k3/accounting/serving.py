@@ -26,15 +26,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._checks import byte_sizes, is_int, nonneg_int, positive_bytes, positive_int
-from .spec import check_spec
-from .decode import decode_bytes, expected_distinct_experts, weights_read_per_step
-from .flops import flops_per_token
-from .hardware import H200, H200_BAND, Hardware
-from .memory import kv_cache_bytes, memory_per_sequence, state_bytes
-from .params import count_params, packed_bytes_per_weight
-from .spec import ArchSpec, full_attention
-from .units import DTYPE_BYTES, STATE_DTYPE_BYTES
+from gpt2k3.accounting._checks import (
+    byte_sizes,
+    is_int,
+    nonneg_int,
+    positive_bytes,
+    positive_int,
+)
+from gpt2k3.accounting.decode import (
+    decode_bytes,
+    expected_distinct_experts,
+    weights_read_per_step,
+)
+from gpt2k3.accounting.flops import flops_per_token
+from gpt2k3.accounting.hardware import H200, H200_BAND, Hardware
+from gpt2k3.accounting.memory import kv_cache_bytes, memory_per_sequence, state_bytes
+from gpt2k3.accounting.params import count_params, packed_bytes_per_weight
+from gpt2k3.accounting.spec import ArchSpec, check_spec, full_attention
+from gpt2k3.accounting.units import DTYPE_BYTES, STATE_DTYPE_BYTES
 
 __all__ = ["serving_memory", "devices_needed", "max_batch", "Roofline", "roofline",
            "roofline_band", "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline",

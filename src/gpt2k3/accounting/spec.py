@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from ._checks import is_int as _is_int
+from gpt2k3.accounting._checks import is_int as _is_int
 
 __all__ = ["ArchSpec", "VisionTower", "ATTENTION_KINDS", "NORMS", "MLPS", "POSITIONS",
            "hybrid_layers", "kda_layers_from_full_attn", "hybrid_spec", "full_attention",

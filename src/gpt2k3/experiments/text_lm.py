@@ -1,0 +1,826 @@
+r"""Does it still write? Every token mixer trained as a byte-level language model (chapter 11).
+
+One small decoder -- the book's one model core :class:`gpt2k3.model.GPT` -- with each token
+mixer in turn (:data:`MIXERS`), trained on the King James Bible (:mod:`gpt2k3.experiments.corpus`) byte by
+byte and scored in **bits per byte** on held-out books:
+
+* ``"softmax"``: GPT-2 exactly (causal softmax attention, a learned position table, the GELU
+  MLP ``4 d`` wide, LayerNorm, tied head) -- the reference the others are matched to;
+* ``"softmax_conv"``: the same attention behind a short causal convolution
+  (:class:`ConvMixer`) and with no position table (NoPE): the softmax baseline on the delta
+  family's footing, and one that can be run past its training length;
+* ``"linear"``: :class:`gpt2k3.layers.linear_attention.LinearAttention` behind the same convolution;
+* ``"deltanet"``, ``"gated_deltanet"``, ``"kda"``: :class:`gpt2k3.layers.deltanet.DeltaNet`,
+  :class:`~gpt2k3.layers.deltanet.GatedDeltaNet`, :class:`~gpt2k3.layers.deltanet.KDA` in every
+  block (with their own short convolution on q, k and v, as published);
+* ``"hybrid"``: three KDA layers, then one softmax-attention layer (Kimi Linear's 3:1,
+  :func:`gpt2k3.models.hybrid.hybrid_schedule`);
+* ``"k3"``: the tiny Kimi K3 (:func:`gpt2k3.models.k3.tiny_k3`): bounded-gate KDA with a gated NoPE MLA
+  layer every fourth, latent MoE, SiTU-GLU, RMSNorm, Attention Residuals, untied head.
+
+Every model but GPT-2 has no position table (Kimi Linear and K3 use none; the recurrent mixers
+know order from their recurrence), so its ``block_size`` is the longest evaluation length,
+``max_context``, and it can read 4x and 8x more bytes than it was trained on. GPT-2's learned
+table has ``context`` rows and nothing beyond: it cannot run past them at all.
+
+**Matched parameters.** The token mixers differ in size (the delta family adds a short
+convolution, a write-strength and gate projections, an output norm and gate), so each model
+gets the MLP width that brings its *total* parameter count closest to GPT-2's
+(:func:`matched_sizes`): a GELU MLP of width ``mlp_hidden`` in place of ``4 d``, or for the
+tiny K3 the experts' width ``d_expert`` and then its one dense layer's ``d_ff``. The counts are
+recorded with the results; K3 activates fewer than it holds (2 of 8 routed experts per token).
+
+**Training** (:func:`train`) is a small deterministic loop: AdamW, linear warm-up then cosine
+decay to a tenth, gradient clipping, random windows of the training books drawn with an
+explicit generator (:func:`gpt2k3.experiments.corpus.sample_batch`), every model for the same number of
+bytes. **Evaluation** (:func:`evaluate`) scores fixed windows of the validation books: bits
+per byte overall and per position in the window (:func:`position_bits`), at the training
+length and at 4x and 8x of it on the *same* bytes (the long windows cut into short ones).
+:func:`decode_bytes` measures what a model keeps per sequence to decode the next byte, its
+cache's ``used_nbytes``. :func:`sample` writes text with a seeded generator in float64.
+
+The trained GPT-2 ships with the package (:func:`load_gpt2`, ``gpt2k3/checkpoints``), so
+chapter 1 can show real, if tiny, text from the model it builds.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gpt2k3.cache import ConvCache
+from gpt2k3.checks import check_finite_number, check_int
+from gpt2k3.config import GPTConfig
+from gpt2k3.experiments import corpus as _text
+from gpt2k3.experiments.train import warmup_cosine_lr
+from gpt2k3.layers import deltanet as delta
+from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.layers.linear_attention import LinearAttention
+from gpt2k3.model import GPT
+from gpt2k3.models.hybrid import hybrid_mixer, hybrid_schedule
+from gpt2k3.models.k3 import tiny_k3
+
+__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "CHECKPOINT", "TextModelConfig", "TextTrainConfig", "GeluMLP", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "save_checkpoint", "load_checkpoint", "load_gpt2", "checkpoint_path", "PUBLISHED_SCALE", "scale_ratios"]
+
+#: The models compared in chapter 11, in the book's order.
+MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3")
+#: Display names.
+MIXER_LABELS = {"softmax": "GPT-2 (softmax)", "softmax_conv": "Softmax + conv (NoPE)",
+                "linear": "Linear attention + conv", "deltanet": "DeltaNet",
+                "gated_deltanet": "Gated DeltaNet", "kda": "KDA",
+                "hybrid": "3:1 KDA:softmax hybrid", "k3": "Tiny Kimi K3"}
+#: The model every other is matched to in parameters.
+REFERENCE = "softmax"
+#: Models with a learned position table (they cannot read past ``context``).
+LEARNED_POSITIONS = ("softmax",)
+#: Models that get :class:`ConvMixer`'s short convolution in front of their attention (the
+#: delta family, the hybrid's KDA layers and K3's KDA layers carry one of their own).
+CONV_ADDED = ("softmax_conv", "linear")
+#: Kernel size of every short convolution (the delta layers' default).
+CONV_SIZE = 4
+#: File name of the trained GPT-2 in ``gpt2k3/checkpoints``.
+CHECKPOINT = "text_gpt2.pt"
+
+#: The scale of the papers chapter 11 compares with: parameters (total, and active per token
+#: where a mixture of experts activates fewer) and training tokens of the runs they report.
+#: DeltaNet and Gated DeltaNet: 1.3B-parameter models trained on 100B tokens; Kimi Linear: a
+#: 48B-parameter model with 3B active, compared with full attention at 1.4T tokens.
+PUBLISHED_SCALE = {
+    "deltanet": {"params": 1.3e9, "active": 1.3e9, "tokens": 100e9},
+    "gated_deltanet": {"params": 1.3e9, "active": 1.3e9, "tokens": 100e9},
+    "kimi_linear": {"params": 48e9, "active": 3e9, "tokens": 1.4e12},
+}
+_CHECKPOINT_FORMAT = "gpt2k3.text_lm/1"
+_BITS = 1.0 / math.log(2.0)
+_BATCH_SEED_BASE = 1_000_003
+
+
+def scale_ratios(params: int, tokens: int, published: Mapping | None = None) -> dict[str, dict]:
+    """How many times larger each published run is than one of chapter 11's: ``{paper:
+    {"params", "active", "tokens"}}``, the paper's total and active parameters over ``params``
+    and its training tokens over ``tokens`` (this chapter's bytes; a byte is a token here).
+    ``published`` defaults to :data:`PUBLISHED_SCALE`."""
+    params = check_int(params, "params", 1)
+    tokens = check_int(tokens, "tokens", 1)
+    published = PUBLISHED_SCALE if published is None else published
+    if not isinstance(published, Mapping) or not published:
+        raise ValueError("published must be a non-empty mapping of paper -> {params, active, tokens}")
+    out = {}
+    for name, p in published.items():
+        try:
+            values = {k: float(p[k]) for k in ("params", "active", "tokens")}
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"published[{name!r}] must hold numbers params, active and tokens") from None
+        if not all(0 < v < float("inf") for v in values.values()):
+            raise ValueError(f"published[{name!r}] must hold positive finite numbers, got {p!r}")
+        out[name] = {"params": values["params"] / params, "active": values["active"] / params,
+                     "tokens": values["tokens"] / tokens}
+    return out
+
+
+def _check_mixer(mixer) -> str:
+    if mixer not in MIXERS:
+        raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
+    return mixer
+
+
+@dataclass(frozen=True)
+class TextModelConfig:
+    """The small decoder: ``n_layer`` blocks of width ``d_model`` with ``n_head`` heads, trained
+    on windows of ``context`` bytes and evaluated up to ``max_context`` (a multiple of it).
+    ``chunk_size`` is the recurrent mixers' chunk length (it changes speed, not results)."""
+
+    n_layer: int = 4
+    d_model: int = 128
+    n_head: int = 4
+    context: int = 256
+    max_context: int = 2048
+    chunk_size: int = 64
+
+    def __post_init__(self):
+        for name in ("n_layer", "d_model", "n_head", "context", "max_context", "chunk_size"):
+            check_int(getattr(self, name), name, 1)
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.max_context % self.context:
+            raise ValueError(f"max_context ({self.max_context}) must be a multiple of context "
+                             f"({self.context})")
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Evaluation lengths: the training length, 4x and 8x (those up to ``max_context``)."""
+        return tuple(m * self.context for m in (1, 4, 8) if m * self.context <= self.max_context)
+
+
+@dataclass(frozen=True)
+class TextTrainConfig:
+    """The training loop's settings (see :func:`train`); defaults are chapter 11's run.
+
+    Every run trains on ``steps * batch_size * context`` bytes. The validation curve is scored
+    every ``eval_every`` steps (and at step 0) on ``curve_windows`` windows of ``context``
+    bytes; the final evaluation on ``eval_windows`` windows of ``max_context`` bytes.
+    """
+
+    steps: int = 300
+    batch_size: int = 8
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    warmup: int = 30
+    grad_clip: float = 1.0
+    eval_every: int = 30
+    curve_windows: int = 32
+    eval_windows: int = 16
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_every", "curve_windows", "eval_windows"):
+            check_int(getattr(self, name), name, 1)
+        check_int(self.warmup, "warmup", 0)
+        check_finite_number(self.lr, "lr", 1)
+        check_finite_number(self.weight_decay, "weight_decay", 1, allow_zero=True)
+        check_finite_number(self.grad_clip, "grad_clip", 1)
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate at ``step`` (0-based): :func:`gpt2k3.experiments.train.warmup_cosine_lr`."""
+        return warmup_cosine_lr(step, self.lr, self.warmup, self.steps)
+
+    def curve_steps(self) -> list[int]:
+        """Steps (counts of updates done) at which the validation curve is scored."""
+        return sorted({0, *range(self.eval_every, self.steps + 1, self.eval_every), self.steps})
+
+
+class GeluMLP(nn.Module):
+    """GPT-2's MLP (``c_fc``, tanh-GELU, ``c_proj``) with a chosen hidden width ``hidden``
+    instead of ``4 n_embd``: the knob that matches parameter counts."""
+
+    def __init__(self, config: GPTConfig, hidden: int):
+        super().__init__()
+        check_int(hidden, "hidden", 1)
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class ConvMixer(nn.Module):
+    """A token mixer with a short causal convolution in front: ``inner(conv(x))``.
+
+    The delta-family layers run a short depthwise convolution over time on q, k and v, so every
+    position sees the few bytes before it without any attention; GPT-2's attention and linear
+    attention have none, and at a small training budget that, more than the mixer, decides how
+    fast a model learns local structure (chapter 10 found the same). This wrapper gives any layer
+    one: a depthwise causal convolution of ``kernel_size`` taps per input channel (no bias, no
+    activation), started as the identity (the last tap 1, the others 0), so the model starts out
+    as the layer alone. Its cache (:class:`ConvCache`) keeps the last ``kernel_size - 1`` inputs
+    beside the inner layer's cache, so decoding byte by byte equals one forward pass.
+    """
+
+    def __init__(self, inner: nn.Module, channels: int, kernel_size: int = CONV_SIZE):
+        super().__init__()
+        if not isinstance(inner, nn.Module) or not hasattr(inner, "new_cache"):
+            raise ValueError("inner must be a token-mixing layer (an nn.Module with new_cache)")
+        self.inner = inner
+        self.channels = check_int(channels, "channels", 1)
+        self.kernel_size = check_int(kernel_size, "kernel_size", 2)
+        weight = torch.zeros(self.channels, 1, self.kernel_size)
+        weight[:, 0, -1] = 1.0
+        self.conv_weight = nn.Parameter(weight)
+
+    def new_cache(self, batch: int, max_len: int | None = None, *, dtype=None, device=None) -> ConvCache:
+        return ConvCache(self.inner.new_cache(batch, max_len, dtype=dtype, device=device))
+
+    def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.channels:
+            raise ValueError(f"x must have shape (B, T, {self.channels}), got "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+        if cache is not None and not isinstance(cache, ConvCache):
+            raise ValueError(f"cache must be a ConvCache (from new_cache), got {type(cache).__name__}")
+        B, T, C = x.shape
+        xt = x.transpose(1, 2)
+        state = cache.conv if cache is not None else None
+        if state is None:
+            state = xt.new_zeros(B, C, self.kernel_size - 1)
+        full = torch.cat([state.to(xt.dtype), xt], dim=-1)
+        y = F.conv1d(full, self.conv_weight.to(xt.dtype), groups=C).transpose(1, 2)
+        out = self.inner(y, cache=cache.inner if cache is not None else None)
+        if cache is not None:
+            cache.conv = full[..., full.shape[-1] - (self.kernel_size - 1):].clone()
+        return out
+
+
+def gpt_config(mixer: str, model: TextModelConfig = TextModelConfig()) -> GPTConfig:
+    """The :class:`GPTConfig` of ``mixer``'s model: byte vocabulary; a learned position table of
+    ``context`` rows for GPT-2, none (and ``block_size = max_context``) for every other."""
+    _check_mixer(mixer)
+    if not isinstance(model, TextModelConfig):
+        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    learned = mixer in LEARNED_POSITIONS
+    return GPTConfig(block_size=model.context if learned else model.max_context,
+                     vocab_size=_text.VOCAB_SIZE, n_layer=model.n_layer, n_head=model.n_head,
+                     n_embd=model.d_model, position="learned" if learned else "none")
+
+
+def _check_sizes(mixer: str, sizes: Mapping | None) -> dict:
+    allowed = ("d_expert", "d_ff") if mixer == "k3" else ("mlp_hidden",)
+    sizes = dict(sizes or {})
+    if any(k not in allowed for k in sizes):
+        raise ValueError(f"sizes for {mixer!r} may set only {allowed}, got {sorted(sizes)}")
+    for k, v in sizes.items():
+        check_int(v, f"sizes[{k!r}]", 1)
+    return sizes
+
+
+def _build(mixer: str, model: TextModelConfig, sizes: dict) -> GPT:
+    config = gpt_config(mixer, model)
+    if mixer == "k3":
+        return tiny_k3(config, **sizes)
+    hidden = sizes.get("mlp_hidden")
+    mlp = None if hidden is None else (lambda c, i: GeluMLP(c, hidden))
+    cs = model.chunk_size
+    if mixer == "softmax":
+        mixer_fn = None
+    elif mixer == "softmax_conv":
+        mixer_fn = lambda c, i: ConvMixer(CausalSelfAttention(c), c.n_embd)  # noqa: E731
+    elif mixer == "linear":
+        mixer_fn = lambda c, i: ConvMixer(LinearAttention(c, chunk_size=cs), c.n_embd)  # noqa: E731
+    elif mixer == "hybrid":
+        mixer_fn = hybrid_mixer(hybrid_schedule(model.n_layer, 3), delta.KDA, chunk_size=cs)
+    else:
+        cls = {"deltanet": delta.DeltaNet, "gated_deltanet": delta.GatedDeltaNet,
+               "kda": delta.KDA}[mixer]
+        mixer_fn = lambda c, i: cls(c, chunk_size=cs)  # noqa: E731
+    return GPT(config, mixer=mixer_fn, mlp=mlp)
+
+
+_MATCHED: dict = {}
+
+
+def matched_sizes(mixer: str, model: TextModelConfig = TextModelConfig()) -> dict:
+    """The sizes that bring ``mixer``'s total parameter count closest to GPT-2's.
+
+    GPT-2 (``"softmax"``) keeps its ``4 d`` MLP: ``{}``. Every other model gets the GELU MLP
+    width ``mlp_hidden`` whose total is nearest; the tiny K3 gets the largest expert width
+    ``d_expert`` that stays under the target with its dense layer at ``4 d``, then the dense
+    width ``d_ff`` that comes nearest. Counts are linear in these widths, so two builds give
+    the slope and a third checks the answer.
+    """
+    _check_mixer(mixer)
+    if not isinstance(model, TextModelConfig):
+        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    key = (mixer, model)
+    if key in _MATCHED:
+        return dict(_MATCHED[key])
+    if mixer == REFERENCE:
+        _MATCHED[key] = {}
+        return {}
+    target = _build(REFERENCE, model, {}).num_params()
+
+    def count(sizes):
+        with torch.random.fork_rng(devices=[]):
+            return _build(mixer, model, sizes).num_params()
+
+    d = model.d_model
+    if mixer == "k3":
+        base = dict(d_ff=4 * d)
+        n8, n9 = count({**base, "d_expert": 8}), count({**base, "d_expert": 9})
+        e = max(1, 8 + math.floor((target - n8) / (n9 - n8)))
+        m0 = count({"d_expert": e, "d_ff": 4 * d})
+        m1 = count({"d_expert": e, "d_ff": 4 * d + 1})
+        f = max(1, 4 * d + round((target - m0) / (m1 - m0)))
+        sizes = {"d_expert": e, "d_ff": f}
+    else:
+        n0, n1 = count({"mlp_hidden": 4 * d}), count({"mlp_hidden": 4 * d + 1})
+        sizes = {"mlp_hidden": max(1, 4 * d + round((target - n0) / (n1 - n0)))}
+    _MATCHED[key] = sizes
+    return dict(sizes)
+
+
+def build_model(mixer: str, model: TextModelConfig = TextModelConfig(), seed: int = 0,
+                sizes: Mapping | None = None) -> GPT:
+    """A freshly initialised model (seeded) with ``mixer``; ``sizes`` default to
+    :func:`matched_sizes`. The global random state is left as it was."""
+    _check_mixer(mixer)
+    if not isinstance(model, TextModelConfig):
+        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    sizes = matched_sizes(mixer, model) if sizes is None else _check_sizes(mixer, sizes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(check_int(seed, "seed", 0))
+        return _build(mixer, model, sizes)
+
+
+def param_counts(model: GPT) -> dict:
+    """``{"total", "active"}``: parameters held, and those one token uses (fewer only with an
+    MoE: the tiny K3's routed experts count ``top_k`` of ``n_routed_experts``)."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    total = model.num_params()
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        return {"total": total, "active": total}
+    from gpt2k3.accounting import count_params
+    counted = count_params(spec)
+    if counted.total != total:
+        raise ValueError(f"the model's spec counts {counted.total} parameters, the model holds {total}")
+    return {"total": total, "active": counted.active}
+
+
+def mixer_names(model: GPT) -> list[str]:
+    """The token mixer of every block, by name: ``"softmax"``, ``"conv + softmax"``,
+    ``"conv + linear"``, ``"DeltaNet"``, ``"Gated DeltaNet"``, ``"KDA"``, ``"MLA"``."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    from gpt2k3.layers.mla import MLA
+
+    def name(layer):
+        if isinstance(layer, ConvMixer):
+            return "conv + " + name(layer.inner)
+        for cls, label in ((CausalSelfAttention, "softmax"), (LinearAttention, "linear"),
+                           (delta.KDA, "KDA"), (delta.GatedDeltaNet, "Gated DeltaNet"),
+                           (delta.DeltaNet, "DeltaNet"), (MLA, "MLA")):
+            if isinstance(layer, cls):
+                return label
+        return type(layer).__name__
+
+    return [name(b.attn) for b in model.transformer.h]
+
+
+# ------------------------------------------------------------------ evaluation
+def position_bins(length: int) -> list[tuple[int, int]]:
+    """Bins ``[lo, hi)`` of positions ``0 .. length - 1`` for per-position curves: one per
+    position up to 4, then edges at powers of two and 1.5 times them (log-spaced)."""
+    length = check_int(length, "length", 1)
+    edges = {0, 1, 2, 3, 4, length}
+    p = 4
+    while p < length:
+        edges.update({p, min(length, p * 3 // 2)})
+        p *= 2
+    edges = sorted(e for e in edges if e <= length)
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def bin_positions(values: Sequence[float], bins: Sequence[tuple[int, int]]) -> list[float]:
+    """Means of ``values`` (one per position) over each bin of ``bins``."""
+    values = [float(v) for v in values]
+    out = []
+    for lo, hi in bins:
+        if not 0 <= lo < hi <= len(values):
+            raise ValueError(f"bins must lie within [0, {len(values)}], got [{lo}, {hi})")
+        out.append(math.fsum(values[lo:hi]) / (hi - lo))
+    return out
+
+
+@torch.no_grad()
+def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) -> torch.Tensor:
+    """Mean loss in bits per byte at every position of the windows ``x`` -> ``y`` (each
+    ``(N, T)``), as a float64 tensor ``(T,)``. Runs ``batch`` windows at a time in eval mode.
+    ``ValueError`` if a window is longer than the model's ``block_size`` or a loss is not finite."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.dim() != 2 \
+            or x.shape != y.shape:
+        raise ValueError(f"x and y must be (N, T) tensors of one shape, got "
+                         f"{tuple(getattr(x, 'shape', ()))} and {tuple(getattr(y, 'shape', ()))}")
+    if x.shape[1] > model.config.block_size:
+        raise ValueError(f"windows of {x.shape[1]} bytes exceed the model's block_size="
+                         f"{model.config.block_size}"
+                         + (" (its learned position table has no rows beyond)"
+                            if model.config.position == "learned" else ""))
+    check_int(batch, "batch", 1)
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(x.shape[1], dtype=torch.float64)
+    try:
+        for s in range(0, x.shape[0], batch):
+            logits = model(x[s:s + batch])
+            loss = F.cross_entropy(logits.transpose(1, 2), y[s:s + batch], reduction="none")
+            total += loss.double().sum(0)
+    finally:
+        model.train(was_training)
+    bits = total / x.shape[0] * _BITS
+    if not torch.isfinite(bits).all():
+        raise ValueError("the model's loss is not finite on these windows")
+    return bits
+
+
+def evaluate(model: GPT, windows: tuple[torch.Tensor, torch.Tensor],
+             lengths: Sequence[int]) -> dict[int, torch.Tensor | None]:
+    """Per-position bits per byte at each of ``lengths`` on the same bytes.
+
+    ``windows`` are ``(x, y)`` of shape ``(N, L)`` (from :func:`gpt2k3.experiments.corpus.eval_windows`);
+    at length ``l`` (a divisor of ``L``) each window is cut into ``L / l`` windows of ``l``
+    bytes, so every length scores exactly the same targets, only with more or less context
+    before them. A length past the model's ``block_size`` gives ``None``.
+    """
+    x, y = windows
+    out: dict[int, torch.Tensor | None] = {}
+    for length in lengths:
+        length = check_int(length, "length", 1)
+        if x.shape[1] % length:
+            raise ValueError(f"lengths must divide the window length {x.shape[1]}, got {length}")
+        if length > model.config.block_size:
+            out[length] = None
+            continue
+        out[length] = position_bits(model, x.reshape(-1, length), y.reshape(-1, length))
+    return out
+
+
+@torch.no_grad()
+def decode_bytes(model: GPT, idx: torch.Tensor, lengths: Sequence[int]) -> dict[int, int | None]:
+    """Bytes the model keeps for one sequence after reading each of ``lengths`` bytes of ``idx``
+    ``(1, T)``: its cache's ``used_nbytes`` (KV cache, recurrent states, MLA latents), in the
+    model's own dtype. A length past ``block_size`` gives ``None``."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    lengths = sorted({check_int(n, "length", 1) for n in lengths})
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[0] != 1 \
+            or idx.shape[1] < lengths[-1]:
+        raise ValueError(f"idx must be a (1, T) tensor with T >= {lengths[-1]}, got "
+                         f"{tuple(getattr(idx, 'shape', ()))}")
+    fits = [n for n in lengths if n <= model.config.block_size]
+    out: dict[int, int | None] = {n: None for n in lengths}
+    if not fits:
+        return out
+    was_training = model.training
+    model.eval()
+    try:
+        cache = model.new_cache(1, fits[-1])
+        done = 0
+        for n in fits:
+            model(idx[:, done:n], cache=cache)
+            done = n
+            out[n] = int(cache.used_nbytes)
+    finally:
+        model.train(was_training)
+    return out
+
+
+@dataclass
+class SampleResult:
+    """Text written by :func:`sample`: the ``prompt``, the new bytes ``ids`` and their ``text``,
+    and ``min_margin``, the smallest distance between a uniform draw and the edge of the token
+    it picked (cumulative probability; for greedy decoding the smallest gap between the best
+    and second-best logit). Float64 rounding is about 1e-16: a margin far above it means no
+    other machine can pick another byte."""
+
+    prompt: str
+    ids: list[int]
+    text: str
+    min_margin: float
+
+
+@torch.no_grad()
+def sample(model: GPT, prompt: str, max_new_tokens: int, temperature: float = 0.8,
+           seed: int = 0, dtype: torch.dtype = torch.float64) -> SampleResult:
+    """Continue ``prompt`` by ``max_new_tokens`` bytes, sampled at ``temperature`` with a
+    generator seeded by ``seed`` (0: greedy), through the model's cache.
+
+    The model is copied and run in ``dtype`` (float64 by default), and each byte is drawn by
+    inverting the cumulative distribution at one ``torch.rand`` draw of the generator, so the
+    same weights, prompt and seed give the same bytes on any machine unless a draw lands within
+    rounding of a boundary (``min_margin`` says how far the closest one was).
+    """
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"prompt must be a non-empty str, got {prompt!r}")
+    n = check_int(max_new_tokens, "max_new_tokens", 0)
+    temperature = check_finite_number(temperature, "temperature", 1, allow_zero=True)
+    seed = check_int(seed, "seed", 0)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    idx = _text.encode(prompt)[None]
+    if idx.shape[1] + n > model.config.block_size:
+        raise ValueError(f"prompt ({idx.shape[1]} bytes) + max_new_tokens ({n}) exceeds "
+                         f"block_size={model.config.block_size}")
+    net = copy.deepcopy(model).to(dtype).eval()
+    gen = torch.Generator().manual_seed(seed)
+    cache = net.new_cache(1, idx.shape[1] + n)
+    logits = net(idx, cache=cache)[0, -1]
+    ids, margin = [], math.inf
+    for i in range(n):
+        if temperature == 0:
+            top = torch.topk(logits, 2).values
+            nxt = int(logits.argmax())
+            margin = min(margin, float(top[0] - top[1]))
+        else:
+            probs = torch.softmax(logits.double() / temperature, dim=-1)
+            cdf = probs.cumsum(0)
+            u = float(torch.rand((), generator=gen, dtype=torch.float64)) * float(cdf[-1])
+            nxt = min(int(torch.searchsorted(cdf, torch.tensor(u, dtype=torch.float64), right=True)),
+                      probs.numel() - 1)
+            lo = float(cdf[nxt - 1]) if nxt > 0 else 0.0
+            margin = min(margin, u - lo, float(cdf[nxt]) - u)
+        ids.append(nxt)
+        if i + 1 < n:
+            logits = net(torch.tensor([[nxt]]), cache=cache)[0, -1]
+    return SampleResult(prompt=prompt, ids=ids, text=_text.decode(ids), min_margin=margin)
+
+
+# ------------------------------------------------------------------ training
+@dataclass
+class TextRun:
+    """One training run and its evaluation.
+
+    ``losses``: training bits per byte at every step. ``curve``: ``(step, validation bits per
+    byte)`` at :meth:`TextTrainConfig.curve_steps`. ``position_bits[l]``: per-position bits at
+    evaluation length ``l`` (``None`` where the model cannot run), ``length_bits[l]`` their
+    mean. ``decode_bytes[l]``: cache bytes per sequence after ``l`` bytes. ``train_seconds``:
+    wall time of the training steps only. ``model``: the trained model (not serialised).
+    """
+
+    mixer: str
+    seed: int
+    sizes: dict
+    params: dict
+    losses: list[float]
+    curve: list[tuple[int, float]]
+    position_bits: dict[int, list[float] | None]
+    length_bits: dict[int, float | None]
+    decode_bytes: dict[int, int | None]
+    train_seconds: float
+    tokens: int
+    sample: SampleResult | None = None
+    model: GPT | None = field(default=None, repr=False)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.train_seconds if self.train_seconds > 0 else float("nan")
+
+    @property
+    def val_bits(self) -> float:
+        """Validation bits per byte at the training length."""
+        if not self.length_bits:
+            raise ValueError("the run has no final evaluation (it was trained with final_eval=False)")
+        return self.length_bits[min(self.length_bits)]
+
+
+def _check_data(data) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(data, _text.KJVData):
+        return data.train, data.validation
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(
+            isinstance(t, torch.Tensor) and t.dim() == 1 for t in data):
+        return data[0], data[1]
+    raise ValueError("data must be a gpt2k3.experiments.corpus.KJVData or a (train, validation) pair of 1-D "
+                     "byte tensors")
+
+
+def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
+          config: TextTrainConfig = TextTrainConfig(), seed: int = 0,
+          callback: Callable[[int, float], None] | None = None, until: int | None = None,
+          threads: int | None = 1, final_eval: bool = True,
+          sample_args: Mapping | None = None) -> TextRun:
+    """Train a fresh ``mixer`` model on ``data`` (a :class:`gpt2k3.experiments.corpus.KJVData`, or a
+    ``(train, validation)`` pair of byte tensors) and evaluate it.
+
+    Deterministic in ``seed``: it fixes the initial weights and, through a generator of its
+    own, the training windows. ``callback(step, bits)`` is called after every step. ``until``
+    stops after that many steps of the *same* run (same learning-rate schedule), so the start
+    of a long run and its validation points there can be reproduced cheaply. With
+    ``final_eval`` the model is scored at every length of ``model.lengths`` and its cache
+    measured; ``sample_args`` (``prompt``, ``max_new_tokens``, ``temperature``, ``seed``) also
+    has it write a sample. ``threads`` sets torch's intra-op threads for the run (restored
+    afterwards; ``None`` leaves them): one by default, which on a shared CPU is as fast for
+    models this small and does not spin-wait.
+    """
+    _check_mixer(mixer)
+    train_data, val_data = _check_data(data)
+    if not isinstance(model, TextModelConfig):
+        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    if not isinstance(config, TextTrainConfig):
+        raise ValueError(f"config must be a TextTrainConfig, got {type(config).__name__}")
+    seed = check_int(seed, "seed", 0)
+    n_steps = config.steps if until is None else check_int(until, "until", 1)
+    if n_steps > config.steps:
+        raise ValueError(f"until must be <= config.steps = {config.steps}, got {until}")
+    if callback is not None and not callable(callback):
+        raise ValueError("callback must be None or callable")
+    _text.eval_windows(val_data, model.max_context, config.eval_windows)  # checks the sizes
+    if threads is None:
+        return _train(mixer, train_data, val_data, model, config, seed, callback, n_steps,
+                      final_eval, sample_args)
+    before = torch.get_num_threads()
+    torch.set_num_threads(check_int(threads, "threads", 1))
+    try:
+        return _train(mixer, train_data, val_data, model, config, seed, callback, n_steps,
+                      final_eval, sample_args)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(mixer, train_data, val_data, model, config, seed, callback, n_steps, final_eval,
+           sample_args) -> TextRun:
+    sizes = matched_sizes(mixer, model)
+    net = build_model(mixer, model, seed, sizes)
+    decay = [p for p in net.parameters() if p.dim() >= 2]
+    no_decay = [p for p in net.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=config.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(seed * _BATCH_SEED_BASE + 7)
+    curve_x, curve_y = _text.eval_windows(val_data, model.context, config.curve_windows)
+    curve_at = {s for s in config.curve_steps() if s <= n_steps}
+
+    def val_point(step):
+        return step, float(position_bits(net, curve_x, curve_y).mean())
+
+    curve = [val_point(0)] if 0 in curve_at else []
+    losses, seconds = [], 0.0
+    net.train()
+    for step in range(n_steps):
+        start = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = config.lr_at(step)
+        x, y = _text.sample_batch(train_data, config.batch_size, model.context, gen)
+        logits = net(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        if not torch.isfinite(loss):
+            raise ValueError(f"{mixer}: the training loss is not finite at step {step} "
+                             f"(lower config.lr = {config.lr})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
+        opt.step()
+        seconds += time.perf_counter() - start
+        losses.append(loss.item() * _BITS)
+        if callback is not None:
+            callback(step, losses[-1])
+        if step + 1 in curve_at:
+            curve.append(val_point(step + 1))
+    net.eval()
+    pos: dict = {}
+    mean: dict = {}
+    cache: dict = {}
+    if final_eval:
+        windows = _text.eval_windows(val_data, model.max_context, config.eval_windows)
+        for length, bits in evaluate(net, windows, model.lengths).items():
+            pos[length] = None if bits is None else bits.tolist()
+            mean[length] = None if bits is None else float(bits.mean())
+        cache = decode_bytes(net, windows[0][:1], model.lengths)
+    result = TextRun(mixer=mixer, seed=seed, sizes=sizes, params=param_counts(net),
+                     losses=losses, curve=curve, position_bits=pos, length_bits=mean,
+                     decode_bytes=cache, train_seconds=seconds,
+                     tokens=n_steps * config.batch_size * model.context, model=net)
+    if sample_args is not None:
+        result.sample = sample(net, **dict(sample_args))
+    return result
+
+
+def _round(x, digits: int = 5):
+    if x is None:
+        return None
+    return float(f"{x:.{digits - 1}e}")
+
+
+def run_record(run: TextRun, bins: Mapping[int, Sequence[tuple[int, int]]] | None = None) -> dict:
+    """A JSON-ready record of ``run`` (floats at 5 significant digits, lengths as string keys):
+    per-position curves are averaged over ``bins[length]`` (default :func:`position_bins`)."""
+    if not isinstance(run, TextRun):
+        raise ValueError(f"run must be a TextRun, got {type(run).__name__}")
+    pos = {}
+    for length, values in run.position_bits.items():
+        b = (bins or {}).get(length) or position_bins(length)
+        pos[str(length)] = None if values is None else [_round(v) for v in bin_positions(values, b)]
+    record = {
+        "mixer": run.mixer, "seed": run.seed, "sizes": run.sizes, "params": run.params,
+        "tokens": run.tokens, "train_seconds": round(run.train_seconds, 2),
+        "tokens_per_second": round(run.tokens_per_second, 1),
+        "val_bits": _round(run.val_bits) if run.length_bits else None,
+        "losses": [_round(v) for v in run.losses],
+        "curve": [{"step": s, "bits": _round(b)} for s, b in run.curve],
+        "length_bits": {str(k): _round(v) for k, v in run.length_bits.items()},
+        "position_bits": pos,
+        "decode_bytes": {str(k): v for k, v in run.decode_bytes.items()},
+    }
+    if run.sample is not None:
+        record["sample"] = {"prompt": run.sample.prompt, "text": run.sample.text,
+                            "ids": run.sample.ids, "min_margin": float(f"{run.sample.min_margin:.2e}")}
+    return record
+
+
+# ------------------------------------------------------------------ the shipped GPT-2
+def checkpoint_path(name: str = CHECKPOINT):
+    """Where a checkpoint of the package lives (``gpt2k3/checkpoints/<name>``; a traversable)."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(f"name must be a plain file name, got {name!r}")
+    return resources.files("gpt2k3") / "checkpoints" / name
+
+
+def save_checkpoint(model: GPT, path, *, mixer: str, meta: Mapping | None = None) -> str:
+    """Save ``model``'s weights (float32) and configuration to ``path``; return the file's
+    SHA-256. Only plain GPT-2-shaped models (``mixer="softmax"`` with no parts swapped) load
+    back with :func:`load_checkpoint`."""
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    if mixer != REFERENCE:
+        raise ValueError(f"mixer must be {REFERENCE!r}: only the GPT-2-shaped model is shipped, "
+                         f"got {mixer!r}")
+    payload = {"format": _CHECKPOINT_FORMAT, "mixer": mixer, "config": asdict(model.config),
+               "state_dict": {k: v.detach().float().contiguous() for k, v in model.state_dict().items()},
+               "meta": dict(meta or {})}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    Path(path).write_bytes(buf.getvalue())
+    return hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def load_checkpoint(path) -> tuple[GPT, dict]:
+    """``(model, meta)`` from a file written by :func:`save_checkpoint` (float32, eval mode)."""
+    try:
+        with (open(path, "rb") if isinstance(path, (str, Path)) else path.open("rb")) as f:
+            payload = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+    except Exception as err:  # a missing file, a truncated or foreign one: all the same to the caller
+        raise ValueError(f"path must be a checkpoint written by save_checkpoint "
+                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+    if not isinstance(payload, dict) or payload.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"path is not a {_CHECKPOINT_FORMAT} checkpoint")
+    model = GPT(GPTConfig(**payload["config"]))
+    model.load_state_dict(payload["state_dict"])
+    return model.eval(), dict(payload.get("meta", {}))
+
+
+def load_gpt2() -> GPT:
+    """The small GPT-2 trained on the King James Bible in chapter 11 (seed 0), shipped with the
+    package: 4 layers, width 128, byte vocabulary, 256 positions. Float32, eval mode."""
+    path = checkpoint_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"{CHECKPOINT} is not in the package (run benchmarks/text_lm.py)")
+    return load_checkpoint(path)[0]
+
+
+def eval_ngram_baselines(data, model: TextModelConfig, train: TextTrainConfig,
+                         ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, float]:
+    """The byte bigram and trigram tables scored on the models' own evaluation bytes: the
+    ``train.eval_windows`` windows of ``model.max_context`` bytes the final evaluation uses.
+
+    Returns ``{"bigram_eval": ..., "trigram_eval": ...}`` and, for each ``name: (lo, hi)`` of
+    ``ranges`` (positions ``lo .. hi - 1`` of every window), ``"ng2_<name>"`` and
+    ``"ng3_<name>"``: the tables on those positions only. ``data`` is a
+    :func:`gpt2k3.experiments.corpus.kjv_data` split. ``benchmarks/text_lm.py --baselines`` stores the result
+    in the results file, so the chapter needs no corpus to read it.
+    """
+    if not isinstance(model, TextModelConfig) or not isinstance(train, TextTrainConfig):
+        raise ValueError("model and train must be a TextModelConfig and a TextTrainConfig")
+    win = _text.eval_windows(data.validation, model.max_context, train.eval_windows)
+    out = {f"{name}_eval": round(_text.ngram_window_bits(data.train, win, n), 4)
+           for n, name in ((2, "bigram"), (3, "trigram"))}
+    for name, (lo, hi) in (ranges or {}).items():
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi <= model.max_context):
+            raise ValueError(f"ranges[{name!r}] must be (lo, hi) with 0 <= lo < hi <= "
+                             f"{model.max_context}, got {(lo, hi)!r}")
+        part = (win[0][:, lo:hi], win[1][:, lo:hi])
+        for n in (2, 3):
+            out[f"ng{n}_{name}"] = round(_text.ngram_window_bits(data.train, part, n), 4)
+    return out

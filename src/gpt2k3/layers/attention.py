@@ -1,0 +1,53 @@
+"""GPT-2's causal self-attention layer: projections around :func:`gpt2k3.ops.softmax.parallel`,
+with a :class:`gpt2k3.cache.KVCache` of its own.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from gpt2k3.cache import ConcatKVCache, KVCache
+from gpt2k3.config import GPTConfig
+from gpt2k3.ops import softmax as _softmax
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with one fused QKV projection (``c_attn``).
+
+    The token mixing itself is :func:`gpt2k3.ops.softmax.parallel`; this layer adds GPT-2's
+    projections and owns its cache, a :class:`gpt2k3.cache.KVCache` (:meth:`new_cache`).
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+
+    def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
+                  device=None) -> KVCache:
+        """An empty preallocated K/V cache for this layer (dtype and device of the weights)."""
+        w = self.c_attn.weight
+        return KVCache(batch, self.n_head, max_len, self.n_embd // self.n_head,
+                       dtype=w.dtype if dtype is None else dtype,
+                       device=w.device if device is None else device)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
+        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):
+            raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
+                             f"concat_cache), got {type(cache).__name__}")
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if cache is not None:  # append this chunk; attend over everything cached so far
+            k, v = cache.extend(k, v)
+        # a cache checked its new entries as they were written: no scan of the whole cache
+        y = _softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
+                              check_kv=cache is None)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
+        return self.resid_dropout(self.c_proj(y))

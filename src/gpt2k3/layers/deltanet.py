@@ -1,0 +1,318 @@
+r"""DeltaNet, Gated DeltaNet and Kimi Delta Attention as layers that drop into the GPT block.
+
+Each layer replaces GPT-2's softmax attention in :class:`gpt2k3.model.Block`::
+
+    model = GPT(config, mixer=lambda c, i: KDA(c))
+
+and runs the sequence mixers of :mod:`gpt2k3.ops.delta` and :mod:`gpt2k3.ops.gated_delta`.
+Around the mixer they share one recipe (that of the papers and of flash-linear-attention's
+layers, Yang & Zhang, 2024):
+
+1. **Projections** ``q, k = x W_q, x W_k`` (``H`` heads of ``Dk`` channels) and
+   ``v = x W_v`` (``H`` heads of ``Dv = expand_v * Dk``), without biases.
+2. **A short causal convolution** (optional, kernel 4 by default): a depthwise convolution over
+   time of each projected channel, so each token's q, k, v also see the few tokens before it.
+   Then SiLU on all three.
+3. **L2-normalised q and k** per head, so that a read ``k S`` of one stored association returns
+   its value exactly (chapter 4) and the delta update stays a contraction.
+4. **Write strength** ``beta_t = sigmoid(x_t W_beta)``, one per head and token.
+5. **A forget gate** (not in DeltaNet), computed in log space:
+
+   * Gated DeltaNet (Yang, Kautz & Hatamizadeh, 2025), Mamba2-style, one scalar per head:
+     ``log alpha_t = -exp(A_log) * softplus(x_t W_a + dt_bias)``, shape ``(B, H, T)``;
+   * KDA (Kimi Team, 2025), one value per key channel from a *low-rank* projection
+     ``W_f = W_f^down W_f^up`` (rank ``Dv``):
+     ``log alpha_t = -exp(A_log) * softplus(x_t W_f + dt_bias)``, shape ``(B, H, T, Dk)``.
+
+   ``exp(A_log) > 0`` and ``softplus >= 0``, so ``log alpha <= 0``: a decay in ``(0, 1]``.
+6. **Output**: per-head RMSNorm of the mixer's output, multiplied by an output gate --
+   ``silu(x W_g)`` in Gated DeltaNet, ``sigmoid(x W_g^down W_g^up)`` (low rank) in KDA,
+   none in DeltaNet -- then the output projection ``o_proj`` back to ``n_embd``.
+
+Decoding keeps a fixed-size :class:`DeltaState` per layer in its :class:`gpt2k3.cache.StateCache`:
+the ``(B, H, Dk, Dv)`` matrix ``S`` and, with the convolution, the last ``conv_size - 1``
+projected inputs of q, k and v. Feeding a sequence in any pieces -- all at once, a prompt then
+one token at a time -- gives the same outputs to float rounding (the tests check it), and the
+state's size does not depend on how many tokens it has seen.
+
+The parameter shapes and initialisations follow flash-linear-attention's ``DeltaNet``,
+``GatedDeltaNet`` and ``KimiDeltaAttention`` layers (read, not imported: they need Triton).
+Inside :class:`gpt2k3.model.GPT`, the model's own initialisation re-draws every ``nn.Linear``
+weight from ``N(0, 0.02)``; ``A_log``, ``dt_bias``, the convolution and the norms keep theirs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gpt2k3 import checks as _v
+from gpt2k3.archs import K3_GATE_LOWER_BOUND
+from gpt2k3.cache import StateCache
+from gpt2k3.checks import check_finite_number, check_int
+from gpt2k3.config import GPTConfig
+from gpt2k3.layers.conv import ShortConv
+from gpt2k3.layers.norms import GatedRMSNorm
+from gpt2k3.ops import delta as _delta
+from gpt2k3.ops import gated_delta as _gated_delta
+
+__all__ = ["DeltaState", "DeltaNet", "GatedDeltaNet", "KDA", "bounded_log_decay", "BoundedKDA"]
+
+
+class DeltaState(NamedTuple):
+    """The decode state of one delta-family layer (a tuple, so ``StateCache.nbytes`` counts it).
+
+    ``S``: the ``(B, H, Dk, Dv)`` memory (float32 or wider). ``conv``: the convolution states of
+    q, k and v, each ``(B, channels, conv_size - 1)``, or ``None`` without a convolution.
+    """
+
+    S: torch.Tensor
+    conv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 or wider: gates are computed in at least single precision."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+class _DeltaLayer(nn.Module):
+    """What DeltaNet, Gated DeltaNet and KDA share; subclasses add a gate and an output gate."""
+
+    #: activation of the output gate (None: no output gate)
+    output_gate: str | None = None
+
+    def __init__(self, config, *, n_head: int | None = None, head_dim: int | None = None,
+                 expand_v: float = 1.0, conv_size: int = 4, norm_eps: float = 1e-5,
+                 chunk_size: int = 64):
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+        H = config.n_head if n_head is None else check_int(n_head, "n_head", 1)
+        Dk = config.head_dim if head_dim is None else check_int(head_dim, "head_dim", 1)
+        if isinstance(expand_v, bool) or not isinstance(expand_v, (int, float)) or expand_v <= 0 \
+                or not float(Dk * expand_v).is_integer():
+            raise ValueError(f"expand_v must be a positive number with head_dim * expand_v an "
+                             f"integer (head_dim = {Dk}), got {expand_v!r}")
+        check_int(conv_size, "conv_size", 0)
+        _v.check_positive_float(norm_eps, "norm_eps")
+        self.chunk_size = check_int(chunk_size, "chunk_size", 1)
+        self.n_embd, self.n_head, self.head_k_dim = config.n_embd, H, Dk
+        self.head_v_dim = int(Dk * expand_v)
+        self.key_dim, self.value_dim = H * Dk, H * self.head_v_dim
+        d = config.n_embd
+
+        self.q_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.value_dim, bias=False)
+        self.conv_size = conv_size
+        if conv_size:
+            self.q_conv = ShortConv(self.key_dim, conv_size)
+            self.k_conv = ShortConv(self.key_dim, conv_size)
+            self.v_conv = ShortConv(self.value_dim, conv_size)
+        self.b_proj = nn.Linear(d, H, bias=False)
+        self.o_norm = GatedRMSNorm(self.head_v_dim, eps=norm_eps, activation=self.output_gate)
+        self.o_proj = nn.Linear(self.value_dim, d, bias=False)
+
+    # ---------------------------------------------------------------- pieces, public for tests
+    def _heads(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """``(B, T, H * dim) -> (B, H, T, dim)``."""
+        B, T, _ = t.shape
+        return t.view(B, T, self.n_head, dim).transpose(1, 2)
+
+    def qkv(self, x: torch.Tensor, conv_state=None):
+        """``q, k`` ``(B, H, T, Dk)`` (L2-normalised), ``v`` ``(B, H, T, Dv)`` and the new conv state."""
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.conv_size:
+            cq, ck, cv = conv_state if conv_state is not None else (None, None, None)
+            q, cq = self.q_conv(q, cq)
+            k, ck = self.k_conv(k, ck)
+            v, cv = self.v_conv(v, cv)
+            conv_state = (cq, ck, cv)
+        else:
+            q, k, v = F.silu(q), F.silu(k), F.silu(v)
+        q = F.normalize(self._heads(q, self.head_k_dim), dim=-1, eps=1e-6)
+        k = F.normalize(self._heads(k, self.head_k_dim), dim=-1, eps=1e-6)
+        return q, k, self._heads(v, self.head_v_dim), conv_state
+
+    def beta(self, x: torch.Tensor) -> torch.Tensor:
+        """Write strengths ``sigmoid(x W_beta)``, shape ``(B, H, T)``."""
+        return torch.sigmoid(self.b_proj(x)).transpose(1, 2)
+
+    def log_alpha(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The forget gate in log space (``None``: no gate, plain DeltaNet)."""
+        return None
+
+    def _output_gate(self, x: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def _mix(self, q, k, v, beta, log_alpha, S):
+        if log_alpha is None:
+            return _delta.chunkwise(q, k, v, beta, initial_state=S, chunk_size=self.chunk_size)
+        return _gated_delta.chunkwise(q, k, v, beta, log_alpha, initial_state=S,
+                                      chunk_size=self.chunk_size)
+
+    def new_cache(self, batch: int, max_len: int | None = None, *, dtype=None, device=None) -> StateCache:
+        """An empty fixed-size state (a :class:`DeltaState` after the first tokens); it has no
+        length limit, and its shapes come from the tokens it sees."""
+        return StateCache()
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
+        """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with its cache (:meth:`new_cache`),
+        continue from the cached state and store the new one."""
+        _v.check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
+                             shape=f"(B, T, n_embd={self.n_embd})")
+        if cache is not None and not isinstance(cache, StateCache):
+            raise ValueError(f"cache must be a StateCache (from new_cache), got "
+                             f"{type(cache).__name__} -- a KVCache is for softmax attention")
+        prev = cache.state if cache is not None else None
+        if prev is not None and not isinstance(prev, DeltaState):
+            raise ValueError(f"the cached state must be a DeltaState, got {type(prev).__name__}")
+        B, T, _ = x.shape
+        q, k, v, conv = self.qkv(x, prev.conv if prev is not None else None)
+        o, S = self._mix(q, k, v, self.beta(x), self.log_alpha(x),
+                         prev.S if prev is not None else None)
+        if cache is not None:
+            cache.extend(DeltaState(S, conv), T)
+        g = self._output_gate(x)
+        o = self.o_norm(o.transpose(1, 2), None if g is None else g.view(B, T, self.n_head, -1))
+        return self.o_proj(o.reshape(B, T, self.value_dim))
+
+    def state_numbers(self, batch: int = 1) -> int:
+        """Numbers held by this layer's decode state: ``H Dk Dv`` plus the conv tails."""
+        conv = (self.conv_size - 1) * (2 * self.key_dim + self.value_dim) if self.conv_size else 0
+        return batch * (self.n_head * self.head_k_dim * self.head_v_dim + conv)
+
+
+class DeltaNet(_DeltaLayer):
+    """DeltaNet (Schlag et al., 2021; Yang et al., 2024): the delta rule, no forget gate.
+
+    Output: per-head RMSNorm, no output gate (flash-linear-attention's default).
+    Keyword arguments: ``n_head`` / ``head_dim`` (default: the config's), ``expand_v``,
+    ``conv_size`` (0: no convolution), ``norm_eps``, ``chunk_size``.
+    """
+
+
+class GatedDeltaNet(_DeltaLayer):
+    """Gated DeltaNet (Yang, Kautz & Hatamizadeh, 2025): one Mamba2-style decay per head and token.
+
+    ``log alpha_t = -exp(A_log) * softplus(x_t W_a + dt_bias)``, shape ``(B, H, T)``. At
+    initialisation ``A ~ U(0, 16)`` and ``softplus(dt_bias)`` is log-uniform in
+    ``[0.001, 0.1]``, so heads start with a wide range of memory lengths. Output gate
+    ``silu(x W_g)``. Keyword arguments as in :class:`DeltaNet`.
+    """
+
+    output_gate = "silu"
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        H = self.n_head
+        self.a_proj = nn.Linear(self.n_embd, H, bias=False)
+        A = torch.empty(H).uniform_(0, 16).clamp_min(1e-4)  # clamp: log(0) would be -inf
+        self.A_log = nn.Parameter(A.log())
+        dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+        dt = dt.clamp_min(1e-4)
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+        self.g_proj = nn.Linear(self.n_embd, self.value_dim, bias=False)
+
+    def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
+        """``-exp(A_log) * softplus(x W_a + dt_bias)``, shape ``(B, H, T)``, in float32 or wider."""
+        a = _wide(self.a_proj(x)) + self.dt_bias  # (B, T, H)
+        return (-self.A_log.to(a.dtype).exp() * F.softplus(a)).transpose(1, 2)
+
+    def _output_gate(self, x):
+        return self.g_proj(x)
+
+
+class KDA(_DeltaLayer):
+    """Kimi Delta Attention (Kimi Team, 2025): a decay per key channel from a low-rank projection.
+
+    ``log alpha_t = -exp(A_log[h]) * softplus(x_t W_f^down W_f^up + dt_bias)``, shape
+    ``(B, H, T, Dk)``: row ``i`` of each head's state fades at its own rate. ``W_f^down`` maps
+    ``n_embd -> Dv`` and ``W_f^up`` maps ``Dv -> H Dk``. At initialisation ``A ~ U(1, 16)`` and
+    ``dt_bias = 0``. Output gate ``sigmoid(x W_g^down W_g^up)``, also low rank. Keyword
+    arguments as in :class:`DeltaNet`.
+
+    flash-linear-attention's layer gives the output gate's up-projection a bias; the released
+    Kimi Linear model has none, and neither does this layer, so that its parameter count is the
+    one :func:`gpt2k3.accounting.count_params` gives a KDA layer.
+    """
+
+    output_gate = "sigmoid"
+
+    def __init__(self, config, **kwargs):
+        super().__init__(config, **kwargs)
+        d, H, r = self.n_embd, self.n_head, self.head_v_dim
+        self.f_proj = nn.Sequential(nn.Linear(d, r, bias=False), nn.Linear(r, self.key_dim, bias=False))
+        self.A_log = nn.Parameter(torch.empty(H).uniform_(1, 16).log())
+        self.dt_bias = nn.Parameter(torch.zeros(self.key_dim))
+        self.g_proj = nn.Sequential(nn.Linear(d, r, bias=False), nn.Linear(r, self.value_dim, bias=False))
+
+    def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
+        """``-exp(A_log) * softplus(x W_f + dt_bias)`` per channel, shape ``(B, H, T, Dk)``."""
+        f = _wide(self.f_proj(x)) + self.dt_bias  # (B, T, H * Dk)
+        A = self.A_log.to(f.dtype).exp()[:, None, None]  # (H, 1, 1)
+        return -A * F.softplus(self._heads(f, self.head_k_dim))
+
+    def _output_gate(self, x):
+        return self.g_proj(x)
+
+
+
+
+
+# ============================================================================ 1. bounded KDA decay
+def bounded_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                      lower_bound: float = K3_GATE_LOWER_BOUND) -> torch.Tensor:
+    """K3's per-channel log-decay ``g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias))``.
+
+    ``x`` is the forget-gate pre-activation ``(B, T, H, Dk)`` (fla-core's layout), ``A_log`` one
+    number per head ``(H,)``, ``dt_bias`` one per channel ``(H * Dk,)``. The result, in float32
+    or wider, lies in ``(lower_bound, 0)``: a channel keeps at least ``exp(lower_bound)`` of its
+    state per step (``e^-5`` ~ 0.67% for K3) and never more than all of it -- unlike Kimi
+    Linear's ``-exp(A_log) * softplus(x + dt_bias)``, which has no floor. This is fla-core 0.6.0's
+    ``naive_kda_lowerbound_gate`` (``fla/ops/kda/gate.py``), config field
+    ``linear_attn_config.gate_lower_bound``.
+    """
+    bound = check_finite_number(lower_bound, "lower_bound", -1)
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x must be a (B, T, H, Dk) tensor, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    H, Dk = x.shape[-2:]
+    if not isinstance(A_log, torch.Tensor) or tuple(A_log.shape) != (H,):
+        raise ValueError(f"A_log must have shape (H,) = ({H},), got "
+                         f"{tuple(getattr(A_log, 'shape', ()))}")
+    if not isinstance(dt_bias, torch.Tensor) or tuple(dt_bias.shape) != (H * Dk,):
+        raise ValueError(f"dt_bias must have shape (H * Dk,) = ({H * Dk},), got "
+                         f"{tuple(getattr(dt_bias, 'shape', ()))}")
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    z = x.to(dtype) + dt_bias.to(dtype).view(H, Dk)
+    return bound * torch.sigmoid(A_log.to(dtype).exp()[:, None] * z)
+
+
+
+class BoundedKDA(KDA):
+    """Kimi Delta Attention as in K3 (SGLang ``KimiK3DeltaAttention``): the bounded decay of
+    :func:`bounded_log_decay` and a **full-rank** sigmoid output gate ``sigmoid(x W_g)``,
+    ``W_g`` of ``n_embd x H Dv`` (``use_full_rank_gate``), in place of :class:`KDA`'s
+    ``-exp(A_log) softplus(...)`` and low-rank gate. Everything else -- projections, short
+    convolution, L2-normalised q and k, write strength, gated RMSNorm, ``o_proj``, the
+    :class:`~gpt2k3.layers.deltanet.DeltaState` it keeps in a cache -- is :class:`KDA`'s.
+
+    Keyword arguments: ``lower_bound`` (default -5.0, K3's) and those of :class:`KDA`.
+    """
+
+    def __init__(self, config, *, lower_bound: float = K3_GATE_LOWER_BOUND, **kwargs):
+        super().__init__(config, **kwargs)
+        self.lower_bound = check_finite_number(lower_bound, "lower_bound", -1)
+        self.g_proj = nn.Linear(self.n_embd, self.value_dim, bias=False)  # full rank
+
+    def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
+        """The bounded log-decay, shape ``(B, H, T, Dk)``, in float32 or wider."""
+        B, T, _ = x.shape
+        f = self.f_proj(x).view(B, T, self.n_head, self.head_k_dim)
+        return bounded_log_decay(f, self.A_log, self.dt_bias, self.lower_bound).transpose(1, 2)

@@ -1,0 +1,575 @@
+"""Multi-head latent attention (MLA), as in DeepSeek-V2/V3 and Kimi K2.
+
+MLA is ordinary causal softmax attention whose keys and values are generated from a small
+per-token *latent* vector, so that the decode-time cache holds only that latent.
+
+For a token with hidden state ``x`` (row vector of size ``d_model``), one layer computes
+
+* queries, optionally through a low-rank bottleneck with an RMSNorm in the middle::
+
+      c_q = RMSNorm(x W_DQ)                     (q_lora_rank)       "q_a_proj", "q_a_layernorm"
+      [q_nope_h, q_rope_h] = c_q W_UQ           (per head)          "q_b_proj"
+
+  (with ``q_lora_rank=None`` a single ``q_proj`` replaces the bottleneck);
+
+* one shared key/value latent plus one shared rotary key (a single "MQA" head)::
+
+      [c_kv, k_rope] = x W_DKV                  (kv_lora_rank + qk_rope_head_dim)
+      c_kv = RMSNorm(c_kv)                                          "kv_a_proj_with_mqa",
+                                                                    "kv_a_layernorm"
+
+* per-head keys and values decompressed from the latent::
+
+      [k_nope_h, v_h] = c_kv W_UKV_h            (qk_nope_head_dim + v_head_dim)   "kv_b_proj"
+
+RoPE is applied only to the decoupled parts ``q_rope_h`` and ``k_rope``; the key of head ``h`` is
+``[k_nope_h, RoPE(k_rope)]`` and the score is
+``(q_nope_h . k_nope_h + RoPE(q_rope_h) . RoPE(k_rope)) / sqrt(qk_nope_head_dim + qk_rope_head_dim)``.
+The head outputs are concatenated and mapped back by ``o_proj``.
+
+The cache (:class:`LatentCache`) stores, per token and layer, only ``c_kv`` (normalised) and the
+roped ``k_rope``: ``kv_lora_rank + qk_rope_head_dim`` numbers (576 for DeepSeek-V3).
+
+Two equivalent decode paths read that cache:
+
+* :meth:`MLA.decode_naive` decompresses ``k_nope`` and ``v`` for every cached position with
+  ``kv_b_proj`` and then runs ordinary attention.
+* :meth:`MLA.decode_absorbed` uses associativity instead. Writing ``W_UK_h`` for the
+  ``(qk_nope_head_dim, kv_lora_rank)`` key block of ``kv_b_proj`` and ``W_UV_h`` for the value
+  block, ``q_nope_h . (W_UK_h c_s) = (W_UK_h^T q_nope_h) . c_s``: the key up-projection is folded
+  into the query once per new token, and scores are taken directly against the cached latents.
+  Likewise ``sum_s p_s W_UV_h c_s = W_UV_h (sum_s p_s c_s)``: attention averages latents, and the
+  value up-projection is applied once to the result. No per-head key or value of a past token is
+  ever formed.
+
+Sources: MLA and the absorbed decode are DeepSeek-V2's (DeepSeek-AI, 2024, arXiv:2405.04434,
+section 2.1: "W_UK can be absorbed into W_UQ, and W_UV into W_O"); the layout and parameter names
+are those of DeepSeek-V3 (arXiv:2412.19437) as implemented by Hugging Face's
+``DeepseekV3Attention``, against which ``tests/test_mla.py`` checks this module.
+
+RoPE convention: with ``rope_interleave=True`` (DeepSeek's checkpoints) the rotary dimensions are
+paired as ``(x0, x1), (x2, x3), ...``; with ``False`` they are paired as ``(x_i, x_{i+d/2})``
+("rotate half"). Pair ``i`` is rotated by angle ``position * rope_theta ** (-2 i / d)``.
+YaRN context extension (and its attention-scale correction) is not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from gpt2k3.cache import LayerCache
+from gpt2k3.checks import check_layer_input, check_positive_int
+from gpt2k3.layers.norms import RMSNorm
+
+__all__ = ["MLAConfig", "MLA", "LatentCache", "apply_rope", "latent_numbers_per_token", "mha_equivalent_numbers_per_token", "compare_decodes", "GatedNoPEMLA", "GatedRoPEMLA"]
+
+
+@dataclass
+class MLAConfig:
+    """Sizes of one MLA layer (field names follow the DeepSeek-V3 config where they exist).
+
+    ``d_model`` is the model width (``hidden_size``); ``n_heads`` the number of query heads.
+    ``q_lora_rank=None`` means queries come from a direct ``q_proj`` (DeepSeek-V2-Lite style).
+    ``max_len`` is the default capacity of a cache made by :meth:`MLA.new_cache`.
+    ``rope_interleave`` selects the RoPE pairing (see the module docstring); ``norm_eps`` is the
+    epsilon of the two RMSNorms (DeepSeek uses 1e-6 for both).
+    """
+
+    d_model: int
+    n_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_theta: float = 10000.0
+    max_len: int = 4096
+    rope_interleave: bool = True
+    norm_eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
+                     "qk_rope_head_dim", "v_head_dim", "max_len"):
+            check_positive_int(getattr(self, name), name)
+        if self.q_lora_rank is not None:
+            check_positive_int(self.q_lora_rank, "q_lora_rank")
+        if self.qk_rope_head_dim % 2:
+            raise ValueError("qk_rope_head_dim must be even (RoPE rotates pairs of dims), "
+                             f"got {self.qk_rope_head_dim}")
+        if not (isinstance(self.rope_theta, (int, float)) and not isinstance(self.rope_theta, bool)
+                and math.isfinite(self.rope_theta) and self.rope_theta > 1):
+            raise ValueError(f"rope_theta must be a finite number > 1, got {self.rope_theta!r}")
+        if not (isinstance(self.norm_eps, (int, float)) and not isinstance(self.norm_eps, bool)
+                and math.isfinite(self.norm_eps) and self.norm_eps > 0):
+            raise ValueError(f"norm_eps must be a finite number > 0, got {self.norm_eps!r}")
+
+    @property
+    def hidden_size(self) -> int:
+        """Alias of ``d_model`` (the Hugging Face name)."""
+        return self.d_model
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head query/key width: ``qk_nope_head_dim + qk_rope_head_dim``."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def softmax_scale(self) -> float:
+        """``qk_head_dim ** -0.5``: the usual 1/sqrt(d) over the full (nope + rope) key width."""
+        return self.qk_head_dim ** -0.5
+
+    @classmethod
+    def deepseek_v3(cls) -> "MLAConfig":
+        """DeepSeek-V3 / R1 attention sizes.
+
+        From the config.json of deepseek-ai/DeepSeek-V3 (``hidden_size`` 7168,
+        ``num_attention_heads`` 128, ``q_lora_rank`` 1536, ``kv_lora_rank`` 512,
+        ``qk_nope_head_dim`` 128, ``qk_rope_head_dim`` 64, ``v_head_dim`` 128, ``rope_theta``
+        10000, ``max_position_embeddings`` 163840); transformers' ``DeepseekV3Config`` has the
+        same defaults.  YaRN scaling (factor 40) is not modelled.  The sizes come from
+        :data:`gpt2k3.archs.DEEPSEEK_V3` (:meth:`from_spec`), the one place they are written;
+        ``rope_theta`` is not part of a spec and is given here.
+        """
+        from gpt2k3.archs import DEEPSEEK_V3
+
+        return cls.from_spec(DEEPSEEK_V3, rope_theta=10000.0)
+
+    @classmethod
+    def kimi_k2(cls) -> "MLAConfig":
+        """Kimi K2 attention sizes: DeepSeek-V3's MLA with 64 heads instead of 128.
+
+        From the config.json of moonshotai/Kimi-K2-Instruct (``num_attention_heads`` 64,
+        ``rope_theta`` 50000, ``max_position_embeddings`` 131072, the MLA ranks and head dims as
+        in DeepSeek-V3); the Kimi K2 report (arXiv:2507.20534) motivates the halved head count by
+        its inference cost at long context.  YaRN scaling is not modelled.  The sizes come from
+        :data:`gpt2k3.archs.KIMI_K2` (:meth:`from_spec`); ``rope_theta`` is given here.
+        """
+        from gpt2k3.archs import KIMI_K2
+
+        return cls.from_spec(KIMI_K2, rope_theta=50000.0)
+
+    @classmethod
+    def from_spec(cls, spec, **overrides) -> "MLAConfig":
+        """The MLA layer of an :class:`gpt2k3.accounting.ArchSpec` with ``attention="mla"``.
+
+        ``max_len`` defaults to the spec's ``max_positions``; other fields (``rope_theta``, ...)
+        keep their defaults unless given in ``overrides``.
+        """
+        if getattr(spec, "attention", None) != "mla":
+            raise ValueError(f"spec must be an ArchSpec with attention='mla', got {spec!r}")
+        sizes = dict(d_model=spec.d_model, n_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,
+                     kv_lora_rank=spec.kv_lora_rank, qk_nope_head_dim=spec.qk_nope_head_dim,
+                     qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
+                     max_len=spec.max_positions or 4096)
+        return cls(**{**sizes, **overrides})
+
+
+def latent_numbers_per_token(cfg: MLAConfig) -> int:
+    """Numbers MLA caches per token per layer: the latent plus the shared rotary key.
+
+    ``kv_lora_rank + qk_rope_head_dim``; DeepSeek-V3: 512 + 64 = 576.
+    """
+    return cfg.kv_lora_rank + cfg.qk_rope_head_dim
+
+
+def mha_equivalent_numbers_per_token(cfg: MLAConfig) -> int:
+    """Numbers per token per layer that a plain multi-head cache of the *same* heads would hold.
+
+    Convention: every head caches its full key (``qk_nope_head_dim + qk_rope_head_dim``, i.e. the
+    decompressed key with its rotary part) and its value (``v_head_dim``), so the count is
+    ``n_heads * (qk_nope_head_dim + qk_rope_head_dim + v_head_dim)``. For DeepSeek-V3 this is
+    128 * (192 + 128) = 40,960, against 576 for the latent cache (about 71x smaller).
+    """
+    return cfg.n_heads * (cfg.qk_head_dim + cfg.v_head_dim)
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float, interleave: bool) -> torch.Tensor:
+    """Rotate the last dim of ``x`` (size ``d``, even) by RoPE at integer ``positions``.
+
+    ``x`` is ``(..., T, d)`` and ``positions`` is ``(T,)``. Pair ``i`` (see the module docstring
+    for which dims form a pair) is multiplied by the rotation of angle ``pos * theta**(-2i/d)``:
+    ``(a, b) -> (a cos - b sin, b cos + a sin)``. The output keeps the input's layout. Angles are
+    computed in float64 and then cast, so float64 inputs get float64-exact rotations.
+    """
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * inv_freq  # (T, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if interleave:
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+
+
+class LatentCache(LayerCache):
+    """Preallocated MLA cache for one layer (the protocol of :mod:`gpt2k3.cache`).
+
+    Holds ``c_kv`` of shape ``(B, max_len, kv_lora_rank)`` (already RMS-normalised) and the
+    already-rotated shared key ``k_rope`` of shape ``(B, max_len, qk_rope_head_dim)``; ``length``
+    counts the filled positions, which are ``[0, length)`` for every batch row.
+    """
+
+    def __init__(self, batch_size: int, max_len: int, kv_lora_rank: int, qk_rope_head_dim: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> None:
+        for name, value in (("batch_size", batch_size), ("max_len", max_len),
+                            ("kv_lora_rank", kv_lora_rank), ("qk_rope_head_dim", qk_rope_head_dim)):
+            check_positive_int(value, name)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        super().__init__()
+        self.c_kv = torch.zeros(batch_size, max_len, kv_lora_rank, dtype=dtype, device=device)
+        self.k_rope = torch.zeros(batch_size, max_len, qk_rope_head_dim, dtype=dtype, device=device)
+
+    @property
+    def batch_size(self) -> int:
+        return self.c_kv.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.c_kv.shape[1]
+
+    @property
+    def numbers_per_token(self) -> int:
+        """Numbers stored per token (per batch row): ``kv_lora_rank + qk_rope_head_dim``."""
+        return self.c_kv.shape[2] + self.k_rope.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the preallocated buffers (full capacity, not just the filled part)."""
+        return self.c_kv.nbytes + self.k_rope.nbytes
+
+    @property
+    def used_nbytes(self) -> int:
+        """Bytes of the filled part: what one decode step reads."""
+        return self.nbytes * self.length // self.max_len
+
+    def extend(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``T`` new positions at ``length``, move ``length`` by ``T`` and return the
+        filled part (as :meth:`view`).
+
+        ``c_kv`` is ``(B, T, kv_lora_rank)`` (normalised), ``k_rope`` ``(B, T, qk_rope_head_dim)``
+        (rotated).
+        """
+        b, r, dr = self.batch_size, self.c_kv.shape[2], self.k_rope.shape[2]
+        if not isinstance(c_kv, torch.Tensor) or c_kv.dim() != 3 or c_kv.shape[0] != b or c_kv.shape[2] != r:
+            shape = tuple(c_kv.shape) if isinstance(c_kv, torch.Tensor) else type(c_kv).__name__
+            raise ValueError(f"c_kv must have shape (B={b}, T, {r}), got {shape}")
+        t = c_kv.shape[1]
+        if not isinstance(k_rope, torch.Tensor) or tuple(k_rope.shape) != (b, t, dr):
+            shape = tuple(k_rope.shape) if isinstance(k_rope, torch.Tensor) else type(k_rope).__name__
+            raise ValueError(f"k_rope must have shape ({b}, {t}, {dr}), got {shape}")
+        start = self.length
+        self._advance(t)
+        self.c_kv[:, start:self.length] = c_kv
+        self.k_rope[:, start:self.length] = k_rope
+        return self.view()
+
+    def view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled part: ``(c_kv[:, :length], k_rope[:, :length])``."""
+        return self.c_kv[:, :self.length], self.k_rope[:, :self.length]
+
+
+class MLA(nn.Module):
+    """One multi-head latent attention layer; inputs and outputs are ``(B, T, d_model)``.
+
+    Parameter names match Hugging Face's ``DeepseekV3Attention`` (no biases), so its state dict
+    loads directly.
+    """
+
+    def __init__(self, cfg: MLAConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.n_heads, cfg.d_model
+        if cfg.q_lora_rank is None:
+            self.q_proj = nn.Linear(d, h * cfg.qk_head_dim, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(d, cfg.q_lora_rank, bias=False)
+            self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
+            self.q_b_proj = nn.Linear(cfg.q_lora_rank, h * cfg.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(d, cfg.kv_lora_rank + cfg.qk_rope_head_dim, bias=False)
+        self.kv_a_layernorm = RMSNorm(cfg.kv_lora_rank, cfg.norm_eps)
+        self.kv_b_proj = nn.Linear(cfg.kv_lora_rank, h * (cfg.qk_nope_head_dim + cfg.v_head_dim),
+                                   bias=False)
+        self.o_proj = nn.Linear(h * cfg.v_head_dim, d, bias=False)
+
+    # ------------------------------------------------------------------ building blocks
+    def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
+        check_layer_input(x, name, self.cfg.d_model, self.kv_a_proj_with_mqa.weight.dtype,
+                          shape=f"(B, T, d_model={self.cfg.d_model})")
+
+    @staticmethod
+    def _positions(start: int, length: int) -> torch.Tensor:
+        return torch.arange(start, start + length)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return apply_rope(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
+
+    def _queries(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q_nope`` ``(B, H, T, qk_nope_head_dim)`` and roped ``q_rope``
+        ``(B, H, T, qk_rope_head_dim)``."""
+        cfg = self.cfg
+        if cfg.q_lora_rank is None:
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        b, t, _ = x.shape
+        q = q.view(b, t, cfg.n_heads, cfg.qk_head_dim).transpose(1, 2)
+        q_nope, q_rope = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
+        return q_nope, self._rope(q_rope, positions)
+
+    def _latents(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the cache stores: normalised ``c_kv`` ``(B, T, kv_lora_rank)`` and roped
+        ``k_rope`` ``(B, T, qk_rope_head_dim)``."""
+        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split(
+            [self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1
+        )
+        return self.kv_a_layernorm(c_kv), self._rope(k_rope, positions)
+
+    def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks of ``kv_b_proj``: ``W_UK`` ``(H, qk_nope_head_dim, kv_lora_rank)`` and
+        ``W_UV`` ``(H, v_head_dim, kv_lora_rank)``."""
+        cfg = self.cfg
+        w = self.kv_b_proj.weight.view(cfg.n_heads, -1, cfg.kv_lora_rank)
+        return w[:, :cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim:]
+
+    def _expand(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decompress latents into per-head keys ``(B, H, S, qk_head_dim)`` and values
+        ``(B, H, S, v_head_dim)``; the rotary key is shared by all heads."""
+        cfg = self.cfg
+        b, s, _ = c_kv.shape
+        kv = self.kv_b_proj(c_kv).view(b, s, cfg.n_heads, -1).transpose(1, 2)
+        k_nope, v = kv.split([cfg.qk_nope_head_dim, cfg.v_head_dim], dim=-1)
+        k_rope = k_rope[:, None].expand(b, cfg.n_heads, s, cfg.qk_rope_head_dim)
+        return torch.cat((k_nope, k_rope), dim=-1), v
+
+    @staticmethod
+    def _causal_softmax(scores: torch.Tensor, q_start: int) -> torch.Tensor:
+        """Softmax over the last dim of ``(B, H, T, S)`` scores, where query ``i`` sits at
+        position ``q_start + i`` and may see key positions ``0 .. q_start + i``."""
+        t, s = scores.shape[-2:]
+        q_pos = torch.arange(q_start, q_start + t, device=scores.device)[:, None]
+        k_pos = torch.arange(s, device=scores.device)[None, :]
+        return scores.masked_fill(k_pos > q_pos, float("-inf")).softmax(dim=-1)
+
+    def _merge_heads(self, o: torch.Tensor) -> torch.Tensor:
+        """``(B, H, T, v_head_dim)`` -> ``o_proj`` of the concatenated heads, ``(B, T, d_model)``."""
+        b, _, t, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+
+    def _attend_expanded(self, x: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
+                         q_start: int) -> torch.Tensor:
+        """Ordinary attention of the queries of ``x`` (positions ``q_start, ...``) over the
+        decompressed keys and values of ``c_kv`` / ``k_rope``."""
+        q_nope, q_rope = self._queries(x, self._positions(q_start, x.shape[1]))
+        q = torch.cat((q_nope, q_rope), dim=-1)
+        k, v = self._expand(c_kv, k_rope)
+        p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
+        return self._merge_heads(p @ v)
+
+    # ------------------------------------------------------------------ public forms
+    #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
+    #: several tokens, and every step when False, use the expanded form (:meth:`decode_naive`)
+    absorb: bool = True
+
+    def forward(self, x: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
+        """Without a cache, the training form: causal attention over ``x`` ``(B, T, d_model)`` at
+        positions ``0..T-1``. With this layer's :class:`LatentCache` (:meth:`new_cache`), ``x``
+        continues the cached sequence: its latents are appended and it attends to all of them
+        -- so :class:`gpt2k3.model.GPT` can hold MLA as a token mixer."""
+        self._check_x(x)
+        if cache is None:
+            c_kv, k_rope = self._latents(x, self._positions(0, x.shape[1]))
+            return self._attend_expanded(x, c_kv, k_rope, q_start=0)
+        if not isinstance(cache, LatentCache):
+            raise ValueError(f"cache must be a LatentCache (from new_cache), got {type(cache).__name__}")
+        if self.absorb and x.shape[1] == 1:
+            return self.decode_absorbed(x, cache)
+        return self.decode_naive(x, cache)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None, *,
+                  dtype: torch.dtype | None = None,
+                  device: torch.device | str | None = None) -> LatentCache:
+        """An empty :class:`LatentCache` for this layer (``max_len`` defaults to ``cfg.max_len``,
+        dtype and device to the weights')."""
+        w = self.kv_b_proj.weight
+        return LatentCache(
+            batch_size, self.cfg.max_len if max_len is None else max_len,
+            self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim,
+            dtype=w.dtype if dtype is None else dtype,
+            device=w.device if device is None else device,
+        )
+
+    def _write(self, x: torch.Tensor, cache: LatentCache) -> int:
+        """Append the latents of ``x`` to ``cache``; return the position of the first new token."""
+        if cache.batch_size != x.shape[0]:
+            raise ValueError(
+                f"cache batch size {cache.batch_size} does not match x batch size {x.shape[0]}"
+            )
+        start, t = cache.length, x.shape[1]
+        if start + t > cache.max_len:  # refuse before computing anything
+            raise ValueError(
+                f"cache overflow: {t} new positions at length {start} exceed max_len={cache.max_len}"
+            )
+        cache.extend(*self._latents(x, self._positions(start, t)))
+        return start
+
+    def prefill(self, x: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """Append the latents of ``x`` ``(B, T, d_model)`` to ``cache`` and return the outputs.
+
+        On an empty cache the result equals ``forward(x)``; on a non-empty one ``x`` continues the
+        cached sequence (chunked prefill).
+        """
+        self._check_x(x)
+        return self.decode_naive(x, cache)
+
+    @staticmethod
+    def _as_3d(x_t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """Accept one token ``(B, d_model)`` or a block ``(B, T, d_model)``; remember which."""
+        if isinstance(x_t, torch.Tensor) and x_t.dim() == 2:
+            return x_t[:, None], True
+        return x_t, False
+
+    def decode_naive(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """Decode step that decompresses K and V for every cached position, then attends.
+
+        ``x_t`` is ``(B, d_model)`` (one token; output ``(B, d_model)``) or ``(B, T, d_model)``
+        (``T`` tokens continuing the cache, causal among themselves). The new latents are
+        appended to ``cache`` first.
+        """
+        x, squeeze = self._as_3d(x_t)
+        self._check_x(x, "x_t")
+        start = self._write(x, cache)
+        out = self._attend_expanded(x, *cache.view(), q_start=start)
+        return out[:, 0] if squeeze else out
+
+    def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """Decode step with the up-projections absorbed: attention runs in the latent space.
+
+        Same inputs, outputs and cache update as :meth:`decode_naive`. Per head,
+        ``q_lat = W_UK^T q_nope`` (size ``kv_lora_rank``); scores are
+        ``(q_lat . c_kv_s + q_rope . k_rope_s) * scale``; the attention-weighted *latent*
+        ``sum_s p_s c_kv_s`` is mapped to the head output by ``W_UV`` and then by ``o_proj``.
+        Work per new token is ``O(H * S * (kv_lora_rank + qk_rope_head_dim))``, and no per-head
+        key or value of a past token is stored or formed.
+        """
+        x, squeeze = self._as_3d(x_t)
+        self._check_x(x, "x_t")
+        start = self._write(x, cache)
+        c_kv, k_rope = cache.view()                                    # (B, S, r), (B, S, dr)
+        q_nope, q_rope = self._queries(x, self._positions(start, x.shape[1]))
+        w_uk, w_uv = self._up_weights()                                # (H, dn, r), (H, dv, r)
+        q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)           # fold W_UK into the query
+        scores = torch.einsum("bhtr,bsr->bhts", q_lat, c_kv)
+        scores = scores + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope)
+        p = self._causal_softmax(scores * self.cfg.softmax_scale, start)
+        o_lat = torch.einsum("bhts,bsr->bhtr", p, c_kv)                # average the latents
+        o = torch.einsum("bhtr,hvr->bhtv", o_lat, w_uv)                # fold W_UV on the way out
+        out = self._merge_heads(o)
+        return out[:, 0] if squeeze else out
+
+
+@torch.no_grad()
+def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str, float]:
+    """Decode ``x`` ``(B, T, d_model)`` token by token with both paths and compare.
+
+    The first ``n_prefill`` tokens are prefilled into two fresh caches; every later token is
+    decoded once with :meth:`MLA.decode_naive` and once with :meth:`MLA.decode_absorbed`.
+    Returns the largest absolute differences over all decoded outputs: ``"naive_vs_absorbed"``,
+    ``"naive_vs_forward"`` and ``"absorbed_vs_forward"`` (against the training form
+    :meth:`MLA.forward` on the whole sequence), plus ``"scale"``, the largest absolute output,
+    to judge them by.
+    """
+    model._check_x(x)
+    t = x.shape[1]
+    if isinstance(n_prefill, bool) or not isinstance(n_prefill, int) or not 1 <= n_prefill < t:
+        raise ValueError(f"n_prefill must be an int in [1, T={t}), got {n_prefill!r}")
+    ref = model(x)[:, n_prefill:]
+    naive_cache, absorbed_cache = model.new_cache(x.shape[0], t), model.new_cache(x.shape[0], t)
+    model.prefill(x[:, :n_prefill], naive_cache)
+    model.prefill(x[:, :n_prefill], absorbed_cache)
+    naive = torch.stack([model.decode_naive(x[:, i], naive_cache) for i in range(n_prefill, t)], 1)
+    absorbed = torch.stack([model.decode_absorbed(x[:, i], absorbed_cache)
+                            for i in range(n_prefill, t)], 1)
+
+    def diff(a, b):
+        return (a - b).abs().max().item()
+
+    return {"naive_vs_absorbed": diff(naive, absorbed), "naive_vs_forward": diff(naive, ref),
+            "absorbed_vs_forward": diff(absorbed, ref), "scale": ref.abs().max().item()}
+
+
+# ============================================================================ 2. gated NoPE MLA
+class GatedNoPEMLA(MLA):
+    """Multi-head latent attention as in K3 (SGLang ``KimiK3MLAAttention``).
+
+    Two changes to :class:`gpt2k3.layers.mla.MLA`:
+
+    * **NoPE** (``mla_use_nope: true``): nothing is rotated. The ``qk_rope_head_dim`` part of
+      each query and the shared key (still produced by ``q_b_proj`` and ``kv_a_proj_with_mqa``,
+      and still cached beside the latent) is used as it is, so no score is a function of
+      position: order reaches the layer through the causal mask (a causal NoPE stack can
+      recover positions from it; Kazemnejad et al. 2023, arXiv:2305.19466) and through the KDA
+      layers' recurrence and convolution.
+    * **Output gate** (``mla_use_output_gate: true``): the concatenated head outputs are
+      multiplied by ``sigmoid(x W_g)``, ``W_g`` (``g_proj``) of ``d_model x n_heads v_head_dim``,
+      before ``o_proj``.
+
+    As a token mixer of :class:`gpt2k3.model.GPT` it is :class:`~gpt2k3.layers.mla.MLA`'s
+    ``forward(x, cache=None)`` with its own :class:`~gpt2k3.layers.mla.LatentCache`; the gate
+    enters every form (training, expanded decode, absorbed decode).
+    """
+
+    def __init__(self, cfg: MLAConfig) -> None:
+        if not isinstance(cfg, MLAConfig):
+            raise ValueError(f"cfg must be an MLAConfig, got {type(cfg).__name__}")
+        super().__init__(cfg)
+        self.g_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.v_head_dim, bias=False)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return x  # NoPE: the "rope" part is an unrotated shared key
+
+    def _gated_merge(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``o_proj(concat_heads(o) * sigmoid(g_proj(x)))``; ``o`` ``(B, H, T, v_head_dim)``."""
+        b, _, t, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1) * torch.sigmoid(self.g_proj(x)))
+
+    def _attend_expanded(self, x, c_kv, k_rope, q_start):
+        q_nope, q_rope = self._queries(x, self._positions(q_start, x.shape[1]))
+        q = torch.cat((q_nope, q_rope), dim=-1)
+        k, v = self._expand(c_kv, k_rope)
+        p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
+        return self._gated_merge(p @ v, x)
+
+    def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """:meth:`MLA.decode_absorbed` with the output gate: attention in the latent space."""
+        x, squeeze = self._as_3d(x_t)
+        self._check_x(x, "x_t")
+        start = self._write(x, cache)
+        c_kv, k_rope = cache.view()
+        q_nope, q_rope = self._queries(x, self._positions(start, x.shape[1]))
+        w_uk, w_uv = self._up_weights()
+        scores = torch.einsum("bhtr,bsr->bhts", torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk), c_kv)
+        scores = scores + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope)
+        p = self._causal_softmax(scores * self.cfg.softmax_scale, start)
+        o = torch.einsum("bhtr,hvr->bhtv", torch.einsum("bhts,bsr->bhtr", p, c_kv), w_uv)
+        out = self._gated_merge(o, x)
+        return out[:, 0] if squeeze else out
+
+
+
+class GatedRoPEMLA(GatedNoPEMLA):
+    """A control, not a K3 layer: :class:`GatedNoPEMLA` with DeepSeek's rotation put back.
+
+    The same parameters (its state dict loads into a :class:`GatedNoPEMLA` and back) and the
+    same output gate; only the ``qk_rope_head_dim`` part of the queries and the shared key is
+    rotated by position, as in :class:`gpt2k3.layers.mla.MLA`. Comparing the two isolates the
+    one change NoPE makes.
+    """
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return MLA._rope(self, x, positions)
