@@ -38,10 +38,10 @@ moved / bandwidth.
 cache at long context**.  A narrow model (4 layers, 256 wide, a 512-token vocabulary, so that a
 step reads far more cache than weights) gets a cache filled with N random positions (8K, 16K
 and 32K; the contents do not change the cost, and no O(N^2) prefill is run) and then decodes
-``--concat-steps`` one-token steps through ``model(token, cache=cache)`` -- the decode step of
-``gpt2k3.model.generate`` -- with each cache, the two sampled in turn, every run from a freshly
-filled cache, median of ``--concat-runs`` runs; the attention's finiteness checks are skipped
-(:func:`finite_checks_skipped`).  Each row also holds the cache traffic of those steps
+``--concat-steps`` one-token steps through ``model(token, cache, check=False)`` -- the decode
+step of ``gpt2k3.model.generate``, which reads nothing back to the host -- with each cache, the
+two sampled in turn, every run from a freshly filled cache, median of ``--concat-runs`` runs.
+Each row also holds the cache traffic of those steps
 (:func:`gpt2k3.accounting.decode.decode_cache_traffic`), its ratio, the time that traffic plus
 the weights would take at the measured read bandwidth, and the time of one step's ``torch.cat``
 copies made into memory allocated once (the copying without the allocator).  On a shared
@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from contextlib import contextmanager
 import os
 import sys
 import time
@@ -73,8 +72,9 @@ from _common import machine, median, read_bandwidth, sync, write  # noqa: E402
 
 from gpt2k3.accounting.decode import decode_bytes, decode_cache_traffic  # noqa: E402
 from gpt2k3.archs import spec_from_gpt_config  # noqa: E402
-from gpt2k3.model import GPT, generate
-from gpt2k3.models.gpt2_fast import FastDecoder
+from gpt2k3.model import GPT, generate  # noqa: E402
+from gpt2k3.models.gpt2 import from_hf_state_dict  # noqa: E402
+from gpt2k3.models.gpt2_fast import FastDecoder  # noqa: E402
 from gpt2k3.config import GPTConfig  # noqa: E402
 from gpt2k3.cache import concat_cache  # noqa: E402
 
@@ -116,7 +116,7 @@ def bench_generators(args, device, dtype) -> dict:
     torch.manual_seed(0)
     hf_config = GPT2Config(bos_token_id=0, eos_token_id=0, **(TINY if args.tiny else {}))
     hf = GPT2LMHeadModel(hf_config).eval()
-    ours = GPT.from_hf_state_dict(hf.state_dict(), n_head=hf_config.n_head)
+    ours = from_hf_state_dict(hf.state_dict(), n_head=hf_config.n_head)
     hf, ours = hf.to(device=device, dtype=dtype), ours.to(device=device, dtype=dtype)
     prompt = torch.randint(0, ours.config.vocab_size, (args.batch, args.prompt),
                            generator=torch.Generator().manual_seed(1)).to(device)
@@ -229,7 +229,7 @@ def bench_layouts(args, device, dtype, config: GPTConfig) -> list[dict]:
 def bench_step_breakdown(args, device, fast: FastDecoder) -> dict:
     """One fast decode step against its weight products alone, side by side."""
     pos = args.prompt
-    fast._prefill(torch.zeros(args.batch, args.prompt, dtype=torch.long, device=device))
+    fast.prefill(torch.zeros(args.batch, args.prompt, dtype=torch.long, device=device))
     tok = torch.zeros(args.batch, dtype=torch.long, device=device)
     xs = {n: torch.randn(args.batch, n, dtype=fast.dtype, device=device)
           for n in {w.shape[0] for L in fast.layers for w in (L["w_qkv"], L["w_o"], L["w_fc"], L["w_mp"])}}
@@ -240,7 +240,7 @@ def bench_step_breakdown(args, device, fast: FastDecoder) -> dict:
                 xs[w.shape[0]] @ w
         xs[fast.head.shape[0]] @ fast.head
 
-    fns = {"step": lambda: fast._step(tok, pos), "weight products only": products}
+    fns = {"step": lambda: fast.step(tok, pos), "weight products only": products}
     times = {k: [] for k in fns}
     with torch.no_grad():
         for fn in fns.values():
@@ -279,9 +279,9 @@ def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
             def step():
                 for layer_cache in cache:  # rewind: every step decodes at context n
                     layer_cache.length = n
-                model(tok, cache=cache)
+                model(tok, cache, check=False)  # generate's decode step
 
-            fns = {"reference": step, "fast": lambda: fast._step(tok[:, 0], n)}
+            fns = {"reference": step, "fast": lambda: fast.step(tok[:, 0], n)}
             times = {k: [] for k in fns}
             for fn in fns.values():
                 for _ in range(2):
@@ -297,27 +297,6 @@ def bench_step_vs_context(args, device, dtype, bandwidth) -> list[dict]:
                   f"(roofline {1e3 * moved / bandwidth:.2f} ms)", flush=True)
             del cache, fast
     return rows
-
-
-@contextmanager
-def finite_checks_skipped(skip: bool = True):
-    """Within the block, :func:`gpt2k3.checks.check_finite` checks nothing.
-
-    The model's attention validates its inputs (:func:`gpt2k3.ops.softmax.parallel`), and
-    the finiteness check scans every cached key and value on every decode step -- several
-    passes over the whole cache, the same for both caches, that no production decoder makes
-    and that would swamp the difference this sweep measures.  The results record whether the
-    checks were skipped.
-    """
-    import gpt2k3.checks as validate
-
-    saved = validate.check_finite
-    if skip:
-        validate.check_finite = lambda value, name: value
-    try:
-        yield
-    finally:
-        validate.check_finite = saved
 
 
 def bench_concat_vs_preallocated(args, device, dtype) -> dict:
@@ -354,7 +333,7 @@ def bench_concat_vs_preallocated(args, device, dtype) -> dict:
             def decode(cache) -> float:
                 t0 = time.perf_counter()
                 for i in range(n_steps):
-                    model(tokens[:, i:i + 1], cache=cache)
+                    model(tokens[:, i:i + 1], cache, check=False)  # generate's decode step
                 sync(device)
                 return (time.perf_counter() - t0) / n_steps
 
@@ -406,8 +385,7 @@ def bench_concat_vs_preallocated(args, device, dtype) -> dict:
     return {"machine": info, "quick": args.quick,
             "config": {"device": device, "dtype": args.dtype, "threads": args.threads, "batch": B,
                        "contexts": contexts, "steps": n_steps, "runs": args.concat_runs,
-                       "bandwidth_bytes": args.bandwidth_bytes,
-                       "finite_checks_skipped": not args.concat_keep_checks},
+                       "bandwidth_bytes": args.bandwidth_bytes},
             "model": {**CONCAT_MODEL, "block_size": config.block_size,
                       "note": "random weights; the cache filled with random keys and values"},
             "weight_bytes_per_step": weights,
@@ -440,8 +418,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--concat-contexts", type=int, nargs="+", default=[8192, 16384, 32768])
     ap.add_argument("--concat-steps", type=int, default=16, help="decode steps per run of the sweep")
     ap.add_argument("--concat-runs", type=int, default=11, help="runs per cache and context of the sweep")
-    ap.add_argument("--concat-keep-checks", action="store_true",
-                    help="keep the attention's finiteness checks in the sweep (see finite_checks_skipped)")
     ap.add_argument("--quick", action="store_true", help="tiny run to check the script works")
     ap.add_argument("--tiny", action="store_true",
                     help="a 2-layer, 64-wide model instead of GPT-2 small (smoke tests only)")
@@ -505,8 +481,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
         print(f"concatenating vs preallocated cache on {args.device} ({args.dtype}, "
               f"{torch.get_num_threads()} threads):", flush=True)
-        with finite_checks_skipped(not args.concat_keep_checks):
-            payload = bench_concat_vs_preallocated(args, args.device, DTYPES[args.dtype])
+        payload = bench_concat_vs_preallocated(args, args.device, DTYPES[args.dtype])
         name = f"decode_concat_{args.device.split(':')[0]}{'_quick' if args.quick else ''}.json"
         path = write(args.out or name, payload)
         print(f"wrote {path} in {payload['wall_s']:.0f} s")

@@ -260,3 +260,58 @@ def test_the_layers_of_the_package():
     for m in _under(graph, "gpt2k3.accounting", "gpt2k3.archs"):
         assert not _under(_reach(graph, m), "gpt2k3.ops", "gpt2k3.layers", "gpt2k3.models",
                           "gpt2k3.model", "gpt2k3.cache"), m
+
+
+def test_one_mlp_serves_gpt2_and_the_text_experiments():
+    from gpt2k3.layers.mlp import MLP
+    c = GPTConfig(block_size=8, vocab_size=16, n_layer=1, n_head=2, n_embd=8)
+    gpt2 = MLP(c)
+    assert gpt2.c_fc.weight.shape == (32, 8) and gpt2.c_proj.weight.shape == (8, 32)
+    assert set(gpt2.state_dict()) == {"c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias"}
+    narrow = MLP(c, hidden=12, activation="relu")
+    assert narrow.c_fc.weight.shape == (12, 8)
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+    assert narrow(x).shape == x.shape
+    with pytest.raises(ValueError, match="hidden"):
+        MLP(c, hidden=0)
+    with pytest.raises(ValueError, match="activation"):
+        MLP(c, activation="swish?")
+
+
+def test_situ_reference_is_finite_for_large_negative_gates():
+    import math
+
+    from gpt2k3.layers.mlp import situ, situ_reference
+    for g in (-1000.0, -50.0, -1.0, 0.0, 1.0, 50.0, 1000.0):
+        r = situ_reference(g, 1.0)
+        assert math.isfinite(r)
+        t = float(situ(torch.tensor([g], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64)))
+        assert r == pytest.approx(t, rel=1e-12, abs=1e-300)
+    assert situ_reference(-1000.0, 1.0) == pytest.approx(0.0, abs=1e-300)
+
+
+@pytest.mark.parametrize("kind", ["linear attention", "DeltaNet", "KDA"])
+def test_a_state_cache_keeps_the_promise_of_new_cache(kind):
+    """``new_cache(B, L)`` promises B sequences of up to L tokens; a state cache refuses, when
+    written, more tokens or another batch, as a KV cache does."""
+    torch.manual_seed(0)
+    model = _build(kind)[0].eval()
+    idx = torch.randint(0, CFG.vocab_size, (BATCH, 5), generator=torch.Generator().manual_seed(1))
+    cache = model.new_cache(BATCH, 6)
+    assert all(isinstance(c, StateCache) and c.max_len == 6 and c.batch == BATCH for c in cache)
+    with torch.no_grad():
+        model(idx, cache=cache)
+        with pytest.raises(ValueError, match="overflow"):
+            model(idx[:, :2], cache=cache)
+        assert cache.length == 5  # refused before any layer wrote
+        with pytest.raises(ValueError, match="max_len=6"):
+            cache[0].extend(cache[0].state, 2)
+        with pytest.raises(ValueError, match=f"batch {BATCH}"):  # an empty cache, too
+            model(torch.zeros(BATCH + 1, 1, dtype=torch.long), cache=model.new_cache(BATCH, 6))
+        with pytest.raises(ValueError, match=f"batch {BATCH}"):
+            cache[0].extend(tuple(t[:1] for t in cache[0].state)
+                            if isinstance(cache[0].state, tuple) else cache[0].state[:1], 1)
+        with pytest.raises(ValueError, match="max_len"):
+            generate(model, idx, 2, cache=model.new_cache(BATCH, 6))
+    with pytest.raises(ValueError, match="batch"):
+        StateCache(batch=0)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gpt2k3.model import GPT, generate
+from gpt2k3.models.gpt2 import from_hf_state_dict
 from gpt2k3.models.gpt2_fast import FastDecoder
 from gpt2k3.config import GPTConfig
 from gpt2k3.cache import KVCache, concat_cache
@@ -61,12 +62,12 @@ def test_step_logits_match_the_cached_forward():
     cache = model.new_cache(2, 30)
     with torch.no_grad():
         ref = model(idx, cache=cache)[:, -1]
-        got = fast._prefill(idx)
+        got = fast.prefill(idx)
         torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
         for pos in range(9, 30):
             tok = ref.argmax(-1)
             ref = model(tok[:, None], cache=cache)[:, -1]
-            got = fast._step(tok, pos)
+            got = fast.step(tok, pos)
             torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
         assert len(cache) == model.config.n_layer
         for layer in range(model.config.n_layer):  # the caches hold the same keys and values
@@ -80,7 +81,7 @@ def test_float64_model_logits_agree_to_double_rounding():
     fast = FastDecoder(model)
     assert fast.dtype == torch.float64
     with torch.no_grad():
-        torch.testing.assert_close(fast._prefill(idx), model(idx)[:, -1], atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(fast.prefill(idx), model(idx)[:, -1], atol=1e-12, rtol=1e-12)
     assert torch.equal(fast.generate(idx, 10, temperature=0), generate(model, idx, 10, temperature=0))
 
 
@@ -158,11 +159,15 @@ def test_rejects_bad_construction(kwargs, match):
     (lambda f, i: f.generate(i, 2.0), "max_new_tokens"),
     (lambda f, i: f.generate(i, 2, temperature=-1.0), "temperature"),
     (lambda f, i: f.generate(i, 2, top_k=0), "top_k"),
+    (lambda f, i: f.generate(i[:0], 2), "idx"),  # batch 0
     (lambda f, i: f.generate(i.float(), 2), "idx"),
     (lambda f, i: f.generate(i[0], 2), "idx"),
     (lambda f, i: f.generate(i.repeat(2, 1), 2), "idx"),  # batch 2 for a batch-1 decoder
     (lambda f, i: f.generate(i[:, :0], 2), "idx"),
     (lambda f, i: f.generate(i, 40), "max_len"),
+    # negative ids would index wte from the end; ids >= vocab would raise IndexError
+    (lambda f, i: f.generate(torch.full_like(i, -1), 2), r"idx must hold token ids in \[0"),
+    (lambda f, i: f.generate(torch.full_like(i, f.config.vocab_size), 2), "idx.*vocab_size"),
 ])
 def test_rejects_bad_generate_arguments(call, match):
     model = make_model()
@@ -182,7 +187,7 @@ def test_tokens_identical_to_hugging_face_generate(cfg):
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(**cfg, bos_token_id=0, eos_token_id=0)).eval()
-    ours = GPT.from_hf_state_dict(hf.state_dict(), n_head=cfg["n_head"])
+    ours = from_hf_state_dict(hf.state_dict(), n_head=cfg["n_head"])
     idx = prompt(ours, 1, 8)
     n = cfg["n_positions"] - 8
     with torch.no_grad():

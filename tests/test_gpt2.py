@@ -5,6 +5,7 @@ import torch
 
 from gpt2k3.cache import ModelCache
 from gpt2k3.model import GPT, generate
+from gpt2k3.models.gpt2 import CONV1D, from_hf_state_dict
 from gpt2k3.config import GPTConfig
 from gpt2k3.book.trace import trace_shapes
 from gpt2k3.cache import KVCache, concat_cache
@@ -327,20 +328,74 @@ def test_trace_shapes(model):
 
 def test_from_hf_state_dict_roundtrip_and_errors(model):
     # our own state dict, in the HF layout: Conv1D weights stored (in, out)
-    sd = {k: v.t() if k.endswith(GPT._CONV1D) else v for k, v in model.state_dict().items()}
-    loaded = GPT.from_hf_state_dict(sd, n_head=4)
+    sd = {k: v.t() if k.endswith(CONV1D) else v for k, v in model.state_dict().items()}
+    loaded = from_hf_state_dict(sd, n_head=4)
     idx = torch.randint(0, 97, (1, 9))
     with torch.no_grad():
         torch.testing.assert_close(loaded(idx), model(idx))
     with pytest.raises(ValueError, match="divisible by n_head"):
-        GPT.from_hf_state_dict(sd, n_head=5)
+        from_hf_state_dict(sd, n_head=5)
     with pytest.raises(ValueError, match="wpe"):
-        GPT.from_hf_state_dict({k: v for k, v in sd.items() if "wpe" not in k})
+        from_hf_state_dict({k: v for k, v in sd.items() if "wpe" not in k})
     with pytest.raises(ValueError, match="unexpected key"):
-        GPT.from_hf_state_dict({**sd, "transformer.h.0.extra.weight": torch.zeros(1)}, n_head=4)
+        from_hf_state_dict({**sd, "transformer.h.0.extra.weight": torch.zeros(1)}, n_head=4)
     with pytest.raises(ValueError, match="missing"):
-        GPT.from_hf_state_dict({k: v for k, v in sd.items() if "ln_f" not in k}, n_head=4)
+        from_hf_state_dict({k: v for k, v in sd.items() if "ln_f" not in k}, n_head=4)
     with pytest.raises(ValueError, match="lm_head"):
-        GPT.from_hf_state_dict({**sd, "lm_head.weight": torch.zeros_like(sd["lm_head.weight"])}, n_head=4)
+        from_hf_state_dict({**sd, "lm_head.weight": torch.zeros_like(sd["lm_head.weight"])}, n_head=4)
     with pytest.raises(ValueError, match="layers"):
-        GPT.from_hf_state_dict({k: v for k, v in sd.items() if ".h.0." not in k}, n_head=4)
+        from_hf_state_dict({k: v for k, v in sd.items() if ".h.0." not in k}, n_head=4)
+
+
+# --------------------------------------------------------------------- front doors, host syncs
+def test_a_batch_of_no_sequences_is_refused_naming_idx(model):
+    empty = torch.zeros(0, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"idx must hold at least one sequence"):
+        model(empty)
+    with pytest.raises(ValueError, match=r"idx must hold at least one sequence"):
+        generate(model, empty, 2)
+
+
+def test_forward_check_false_skips_only_the_checks(model):
+    idx = torch.randint(0, 97, (2, 6), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(model(idx, check=False), model(idx))
+
+
+def test_generate_refuses_a_model_that_gives_non_finite_logits():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**TINY)).eval()
+    with torch.no_grad():
+        m.transformer.h[1].mlp.c_proj.bias[0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite logits"):
+        generate(m, torch.zeros(1, 2, dtype=torch.long), 3, temperature=0.0)
+
+
+def _count_host_syncs(monkeypatch):
+    """Count every Python-level read of a tensor's value back to the host."""
+    counts = {"n": 0}
+    for name in ("__bool__", "__int__", "__float__", "__index__", "item", "tolist"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, **kw):
+            counts["n"] += 1
+            return _orig(self, *a, **kw)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_decode_step_reads_nothing_back_to_the_host(monkeypatch, temperature):
+    """generate checks its arguments once per call; a decode step on a 4-layer model makes no
+    host sync of its own (choosing the token stays on the device too: argmax, multinomial)."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=64, vocab_size=97, n_layer=4, n_head=2, n_embd=16)).eval()
+    idx = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
+    counts = _count_host_syncs(monkeypatch)
+    per_call = []
+    for n in (4, 12):
+        counts["n"] = 0
+        generate(m, idx, n, temperature=temperature, generator=torch.Generator().manual_seed(0))
+        per_call.append(counts["n"])
+    per_token = (per_call[1] - per_call[0]) / 8
+    assert per_token == 0, per_call  # was 14 per token (3 per layer + 2 for the ids)
+    assert per_call[0] <= 2  # the ids' range and, at the end, whether the logits were finite

@@ -1,6 +1,6 @@
 """Oracle: Hugging Face transformers' GPT2LMHeadModel (random init, no download).
 
-Its state dict, loaded with GPT.from_hf_state_dict, must give the same logits, and
+Its state dict, loaded with gpt2k3.models.gpt2.from_hf_state_dict, must give the same logits, and
 both models must have the parameter count that gpt2k3.accounting predicts.
 """
 
@@ -13,6 +13,7 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 from gpt2k3.accounting import count_params  # noqa: E402
 from gpt2k3.archs import spec_from_gpt_config  # noqa: E402
 from gpt2k3.model import GPT  # noqa: E402
+from gpt2k3.models.gpt2 import from_hf_state_dict  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
@@ -26,7 +27,7 @@ CONFIGS = [
 def test_logits_match_hugging_face(cfg):
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(**cfg, bos_token_id=0, eos_token_id=0)).eval()
-    ours = GPT.from_hf_state_dict(hf.state_dict(), n_head=cfg["n_head"])
+    ours = from_hf_state_dict(hf.state_dict(), n_head=cfg["n_head"])
     idx = torch.randint(0, cfg["vocab_size"], (3, cfg["n_positions"] - 5))
     with torch.no_grad():
         expected = hf(idx).logits

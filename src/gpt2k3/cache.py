@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from gpt2k3.checks import check_finite, check_positive_int
+from gpt2k3.checks import check_positive_int
 
 __all__ = ["LayerCache", "StateCache", "ModelCache", "nbytes_of", "check_cache", "check_tokens", "sizes_of", "KVCache", "ConcatKVCache", "concat_cache", "concat_copy_bytes", "ConvCache"]
 
@@ -56,11 +56,12 @@ def check_tokens(t: Any, name: str = "t") -> int:
 class LayerCache:
     """What every layer's cache offers. Subclasses add ``extend`` for their kind of content.
 
-    ``max_len`` is the capacity in tokens (``None``: unbounded, as for a fixed-size state or
-    the seed's concatenating cache).
+    ``max_len`` is the capacity in tokens (``None``: unbounded, as for the seed's concatenating
+    cache) and ``batch`` the number of sequences it holds (``None``: not fixed).
     """
 
     max_len: int | None = None
+    batch: int | None = None
 
     def __init__(self) -> None:
         self.length = 0
@@ -97,11 +98,15 @@ class StateCache(LayerCache):
     attention, DeltaNet, Gated DeltaNet and KDA layers. Its size does not grow with length.
 
     ``state`` is ``None`` before the first token; ``extend(state, t)`` replaces it with the state
-    after ``t`` more tokens.
+    after ``t`` more tokens. ``batch`` and ``max_len`` (``None``: not fixed) are what
+    ``new_cache(batch, max_len)`` promised: a write of a state for another batch, or past
+    ``max_len`` tokens, is refused.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, batch: int | None = None, max_len: int | None = None) -> None:
         super().__init__()
+        self.batch = None if batch is None else check_positive_int(batch, "batch")
+        self.max_len = None if max_len is None else check_positive_int(max_len, "max_len")
         self.state: Any = None
 
     def extend(self, state: Any, t: int) -> None:
@@ -109,8 +114,13 @@ class StateCache(LayerCache):
         check_tokens(t)
         if t == 0:
             raise ValueError("t must be >= 1: a state is extended by at least one token")
-        if state is None:
-            raise ValueError("state must be the new state (a tensor or a tuple of tensors), got None")
+        first = state[0] if isinstance(state, (tuple, list)) and state else state
+        if not isinstance(first, torch.Tensor):
+            raise ValueError(f"state must be the new state (a tensor or a tuple of tensors), "
+                             f"got {type(state).__name__}")
+        if self.batch is not None and first.shape[0] != self.batch:
+            raise ValueError(f"state must have batch {self.batch} (the cache's), got shape "
+                             f"{tuple(first.shape)}")
         self._advance(t)
         self.state = state
 
@@ -159,6 +169,13 @@ class ModelCache:
     def check_room(self, t: int) -> None:
         for c in self.layers:
             c.check_room(t)
+
+    def check_batch(self, batch: int) -> None:
+        """Raise ``ValueError`` unless every layer's cache holds ``batch`` sequences."""
+        for c in self.layers:
+            if c.batch is not None and c.batch != batch:
+                raise ValueError(f"idx holds {batch} sequences, but the cache was made for "
+                                 f"batch {c.batch} (new_cache(batch, max_len))")
 
     @property
     def nbytes(self) -> int:
@@ -251,26 +268,28 @@ class KVCache(LayerCache):
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write ``k, v`` of shape ``(B, H, t, D)`` at positions ``length..length+t-1``, move
         ``length`` by ``t``, and return views of all filled positions ``(B, H, length, D)``."""
-        _check_kv(k, v, self.batch, self.n_head, self.head_dim)
-        if k.dtype != self.k.dtype or v.dtype != self.k.dtype:
-            raise ValueError(f"k and v must have the cache's dtype {self.k.dtype}, got {k.dtype} and {v.dtype}")
-        if k.device != self.k.device or v.device != self.k.device:
-            raise ValueError(f"k and v must be on the cache's device {self.k.device}, got {k.device}")
-        check_finite(k, "k")  # once per entry, when written: readers need not scan the cache
-        check_finite(v, "v")
-        start, t = self.length, k.shape[2]
-        self._advance(t)
+        _check_kv(k, v, self.batch, self.n_head, self.head_dim, self.k)
+        start = self.length
+        self._advance(k.shape[2])
         self.k[:, :, start:self.length] = k
         self.v[:, :, start:self.length] = v
         return self.k[:, :, :self.length], self.v[:, :, :self.length]
 
 
-def _check_kv(k: torch.Tensor, v: torch.Tensor, batch: int, n_head: int, head_dim: int) -> None:
+def _check_kv(k, v, batch: int, n_head: int, head_dim: int,
+                   like: torch.Tensor | None = None) -> None:
+    """New keys and values for a cache: ``(batch, n_head, t, head_dim)`` each, with the dtype and
+    device of ``like`` (the cache's buffer) when given. Shapes only: it reads no entry, so a
+    decode step that writes a cache makes no host sync."""
     if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor) or k.dim() != 4 \
             or k.shape != v.shape or k.shape[0] != batch or k.shape[1] != n_head \
             or k.shape[3] != head_dim:
         raise ValueError(f"k and v must have shape (B, H, t, D) = ({batch}, {n_head}, t, {head_dim}), "
                          f"got {tuple(getattr(k, 'shape', ()))} and {tuple(getattr(v, 'shape', ()))}")
+    if like is not None and not (k.dtype == v.dtype == like.dtype
+                                 and k.device == v.device == like.device):
+        raise ValueError(f"k and v must have the cache's dtype {like.dtype} and device "
+                         f"{like.device}, got {k.dtype} on {k.device} and {v.dtype} on {v.device}")
 
 
 class ConcatKVCache(LayerCache):
@@ -298,9 +317,7 @@ class ConcatKVCache(LayerCache):
         return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
 
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        _check_kv(k, v, self.batch, self.n_head, self.head_dim)
-        check_finite(k, "k")
-        check_finite(v, "v")
+        _check_kv(k, v, self.batch, self.n_head, self.head_dim, self.k)
         self._advance(k.shape[2])
         if self.k is not None:
             k = torch.cat((self.k, k), dim=2)
@@ -354,6 +371,10 @@ class ConvCache(LayerCache):
     @property
     def max_len(self):
         return self.inner.max_len
+
+    @property
+    def batch(self):
+        return self.inner.batch
 
     def check_room(self, t: int) -> None:
         self.inner.check_room(t)

@@ -15,19 +15,18 @@ The forward pass optionally takes a :class:`gpt2k3.cache.ModelCache` from
 from __future__ import annotations
 
 import math
-import re
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt2k3.cache import ModelCache, check_cache
-from gpt2k3.checks import check_positive_int
+from gpt2k3.checks import check_positive_int, check_sampling, check_float_tensor, check_token_ids
 from gpt2k3.config import GPTConfig
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.mlp import MLP
 
-__all__ = ["GPT", "generate"]
+__all__ = ["Block", "GPT", "generate", "sample"]
 
 
 class Block(nn.Module):
@@ -144,41 +143,31 @@ class GPT(nn.Module):
         return ModelCache(b.attn.new_cache(batch, max_len, dtype=dtype, device=device)
                           for b in self.transformer.h)
 
-    def check_tokens(self, idx, cache=None) -> tuple[int, int, int]:
-        """Validate a batch of token ids for a forward pass (after ``cache.length`` cached
-        positions); return ``(B, T, past)``."""
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 \
-                or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
-                             f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "
-                             f"{tuple(getattr(idx, 'shape', ()))}")
-        B, T = idx.shape
+    def check_tokens(self, idx, cache=None) -> int:
+        """:meth:`forward`'s front door (ids in the vocabulary, a cache with room, ``past + T <=
+        block_size``); returns ``past``. One host sync, once per call: the range of the ids."""
+        check_token_ids(idx, self.config.vocab_size)
         cache = check_cache(cache, self.config.n_layer)
-        past = cache.length if cache is not None else 0
-        if T == 0:
-            raise ValueError("idx must hold at least one token (T >= 1)")
+        past, T = (cache.length if cache is not None else 0), idx.shape[1]
         if past + T > self.config.block_size:
-            raise ValueError(f"sequence length {past + T} (cached {past} + new {T}) exceeds "
-                             f"block_size={self.config.block_size}")
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= self.config.vocab_size:
-            raise ValueError(f"idx must hold token ids in [0, vocab_size={self.config.vocab_size}), "
-                             f"got values in [{lo}, {hi}]")
-        if cache is not None:
+            raise ValueError(f"idx makes the sequence {past + T} tokens long (cached {past} + new "
+                             f"{T}), more than block_size={self.config.block_size}")
+        if cache is not None:  # refused before any layer writes
+            cache.check_batch(idx.shape[0])
             cache.check_room(T)
-        return B, T, past
+        return past
 
-    def forward(self, idx: torch.Tensor, cache: ModelCache | None = None) -> torch.Tensor:
-        """Logits ``(B, T, vocab_size)`` for token ids ``idx`` of shape ``(B, T)``.
-
-        With a ``cache`` (from :meth:`new_cache`), ``idx`` holds only the new tokens: their
-        positions start at ``cache.length``, and each block's token mixer reads and extends its
-        own layer cache.
-        """
-        B, T, past = self.check_tokens(idx, cache)
+    def forward(self, idx: torch.Tensor, cache: ModelCache | None = None, *,
+                check: bool = True) -> torch.Tensor:
+        """Logits ``(B, T, vocab_size)`` for token ids ``idx`` ``(B, T)``. With a ``cache`` (from
+        :meth:`new_cache`), ``idx`` holds only the new tokens, at positions from ``cache.length``.
+        ``check=False`` skips :meth:`check_tokens` (:func:`generate`'s steps checked once)."""
+        if check:
+            self.check_tokens(idx, cache)
+        past = cache.length if cache is not None else 0
         x = self.transformer.wte(idx)
         if "wpe" in self.transformer:
-            pos = torch.arange(past, past + T, dtype=torch.long, device=idx.device)
+            pos = torch.arange(past, past + idx.shape[1], dtype=torch.long, device=idx.device)
             x = x + self.transformer.wpe(pos)
         x = self.transformer.drop(x)
         caches = cache.layers if cache is not None else [None] * len(self.transformer.h)
@@ -189,54 +178,6 @@ class GPT(nn.Module):
             x = self.residual(self.transformer.h, x, caches)
         return self.lm_head(self.transformer.ln_f(x))
 
-    # -- loading the public GPT-2 layout ------------------------------------------------
-    _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-    _BUFFERS = re.compile(r"\.attn\.(bias|masked_bias)$")  # mask buffers of older checkpoints
-
-    @classmethod
-    def from_hf_state_dict(cls, sd: dict, n_head: int = 12, dropout: float = 0.0) -> "GPT":
-        """Build a GPT from a state dict in the public GPT-2 layout (Hugging Face
-        ``GPT2LMHeadModel`` / ``GPT2Model``, with or without the ``transformer.`` prefix).
-
-        Every size but the head count is read off the tensors.  Hugging Face stores
-        the four projection weights as ``Conv1D`` with shape ``(in, out)``; they are
-        transposed into ``nn.Linear``'s ``(out, in)``.
-        """
-        sd = {k if k.startswith(("transformer.", "lm_head.")) else f"transformer.{k}": v
-              for k, v in sd.items()}
-        sd = {k: v for k, v in sd.items() if not cls._BUFFERS.search(k)}
-        for key in ("transformer.wte.weight", "transformer.wpe.weight"):
-            if key not in sd:
-                raise ValueError(f"sd is missing {key!r}: not a GPT-2 state dict")
-        vocab_size, n_embd = sd["transformer.wte.weight"].shape
-        block_size = sd["transformer.wpe.weight"].shape[0]
-        layers = {int(m.group(1)) for k in sd if (m := re.match(r"transformer\.h\.(\d+)\.", k))}
-        if not layers or layers != set(range(max(layers) + 1)):
-            raise ValueError(f"sd must hold layers transformer.h.0..N-1, found {sorted(layers)}")
-        bias = "transformer.h.0.attn.c_attn.bias" in sd
-        config = GPTConfig(block_size=block_size, vocab_size=vocab_size, n_layer=len(layers),
-                           n_head=n_head, n_embd=n_embd, dropout=dropout, bias=bias)
-        model = cls(config)
-        head = sd.pop("lm_head.weight", None)
-        if head is not None and not torch.equal(head, sd["transformer.wte.weight"]):
-            raise ValueError("sd has an lm_head.weight that differs from wte: GPT-2 ties them")
-        own = model.state_dict()
-        new = {}
-        for k, v in sd.items():
-            if k not in own:
-                raise ValueError(f"sd has an unexpected key {k!r}")
-            if k.endswith(cls._CONV1D):
-                v = v.t()
-            if v.shape != own[k].shape:
-                raise ValueError(f"sd[{k!r}] has shape {tuple(v.shape)}, expected {tuple(own[k].shape)}")
-            new[k] = v
-        new["lm_head.weight"] = new["transformer.wte.weight"]
-        missing = set(own) - set(new)
-        if missing:
-            raise ValueError(f"sd is missing {sorted(missing)}")
-        model.load_state_dict(new)
-        return model.eval()
-
 
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
@@ -244,29 +185,53 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
              generator: torch.Generator | None = None, cache: ModelCache | None = None) -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
 
-    ``temperature=0`` is greedy decoding (argmax); otherwise the next token is
-    sampled from ``softmax(logits / temperature)``, restricted to the ``top_k`` most
-    likely tokens when ``top_k`` is given.
+    ``temperature=0`` is greedy decoding (argmax); otherwise the next token is sampled from
+    ``softmax(logits / temperature)``, restricted to the ``top_k`` most likely tokens when
+    ``top_k`` is given (:func:`sample`).
 
     Without a cache (``use_cache=False``), every step runs the whole sequence through the
-    model and keeps only the last position's logits.  With one, the prompt is run once
-    (prefill) and every later step runs one token through the layers' caches.  Both give
-    the same tokens (greedy) up to float rounding of the logits.  The cache is
+    model and keeps only the last position's logits. With one, the prompt is run once
+    (prefill) and every later step runs one token through the layers' caches. Both give
+    the same tokens (greedy) up to float rounding of the logits. The cache is
     ``model.new_cache(B, T + max_new_tokens)`` -- whatever each layer keeps: a KV cache, a
     fixed-size state, an MLA latent -- unless an empty ``cache`` is passed (the seed's
-    concatenating one, :func:`gpt2k3.cache.concat_cache`, say).  :class:`FastDecoder`
+    concatenating one, :func:`gpt2k3.cache.concat_cache`, say). :class:`FastDecoder`
     computes the same tokens for a plain GPT-2, rearranged for speed.
+
+    The arguments are checked once per call; a decode step reads nothing back to the host but
+    the token it chooses (whether every step's logits were finite is read once, at the end).
     """
+    _check_generate(model, idx, max_new_tokens, use_cache, temperature, top_k, cache)
+    was_training = model.training
+    model.eval()
+    if use_cache and cache is None:
+        p = next(model.parameters())
+        cache = model.new_cache(idx.shape[0], idx.shape[1] + max_new_tokens,
+                                dtype=p.dtype, device=p.device)
+    finite, step_input = True, idx
+    for _ in range(max_new_tokens):
+        logits = model(step_input if use_cache else idx, cache, check=False)[:, -1, :]
+        finite = finite & torch.isfinite(logits).all()  # stays on the device until the end
+        nxt = sample(logits, temperature, top_k, generator)
+        idx = torch.cat((idx, nxt), dim=1)
+        step_input = nxt
+    model.train(was_training)
+    if not finite:
+        raise ValueError("model gave non-finite logits (NaN or inf): check its weights")
+    return idx
+
+
+def _check_generate(model, idx, max_new_tokens, use_cache, temperature, top_k, cache) -> None:
+    """:func:`generate`'s arguments, all of them, once per call."""
     if not isinstance(model, GPT):
         raise ValueError(f"model must be a GPT, got {type(model).__name__}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-    _check_sampling(temperature, top_k, model.config.vocab_size)
+    check_sampling(temperature, top_k, model.config.vocab_size)
     if not isinstance(use_cache, bool):
         raise ValueError(f"use_cache must be a bool, got {use_cache!r}")
-    B, T, _ = model.check_tokens(idx)
-    total = T + max_new_tokens
-    if total > model.config.block_size:
+    T = check_token_ids(idx, model.config.vocab_size)[1]
+    if T + max_new_tokens > model.config.block_size:
         raise ValueError(f"prompt length {T} + max_new_tokens {max_new_tokens} exceeds "
                          f"block_size={model.config.block_size}")
     if cache is not None:
@@ -275,44 +240,20 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, use_cache: bool
         check_cache(cache, model.config.n_layer)
         if cache.length != 0:
             raise ValueError(f"cache must be empty (length 0), got length {cache.length}")
-    was_training = model.training
-    model.eval()
-    if use_cache and cache is None:
-        p = next(model.parameters())
-        cache = model.new_cache(B, total, dtype=p.dtype, device=p.device)
-    step_input = idx
-    for _ in range(max_new_tokens):
-        logits = model(step_input if use_cache else idx, cache=cache)[:, -1, :]
-        nxt = _pick(logits, temperature, top_k, generator)
-        idx = torch.cat((idx, nxt), dim=1)
-        step_input = nxt
-    model.train(was_training)
-    return idx
+        cache.check_room(T + max_new_tokens)
 
 
-def _check_sampling(temperature, top_k, vocab: int) -> None:
-    """``temperature`` a finite number >= 0 (0: greedy; tiny positive values that overflow the
-    logits are refused); ``top_k`` None or an int in ``[1, vocab]``."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if 0 < temperature < 1e-30:
-        raise ValueError(f"temperature must be 0 (greedy) or at least 1e-30, got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
-                              or not 1 <= top_k <= vocab):
-        raise ValueError(f"top_k must be None or an int in [1, {vocab}], got {top_k!r}")
-
-
-def _pick(logits: torch.Tensor, temperature: float, top_k: int | None,
-          generator: torch.Generator | None) -> torch.Tensor:
-    """Choose the next token ``(B, 1)`` from last-position logits ``(B, V)``."""
+def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """The next token ``(B, 1)`` from last-position logits ``(B, V)``: the argmax when
+    ``temperature == 0``, else a draw from ``softmax(logits / temperature)`` over the ``top_k``
+    most likely tokens (all when ``None``). Arguments as :func:`gpt2k3.checks.check_sampling`
+    accepts them."""
+    check_sampling(temperature, top_k, check_float_tensor(logits, "logits", 2).shape[-1])  # no sync
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
-
-
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1, generator=generator)

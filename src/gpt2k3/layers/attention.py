@@ -9,14 +9,16 @@ import torch.nn as nn
 
 from gpt2k3.cache import ConcatKVCache, KVCache
 from gpt2k3.config import GPTConfig
-from gpt2k3.ops import softmax as _softmax
+from gpt2k3.ops import softmax
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with one fused QKV projection (``c_attn``).
 
     The token mixing itself is :func:`gpt2k3.ops.softmax.parallel`; this layer adds GPT-2's
-    projections and owns its cache, a :class:`gpt2k3.cache.KVCache` (:meth:`new_cache`).
+    projections and owns its cache, a :class:`gpt2k3.cache.KVCache` (:meth:`new_cache`); it
+    also accepts the seed's :class:`gpt2k3.cache.ConcatKVCache`. Nothing here reads a value
+    back to the host, so a decode step through it makes no host sync.
     """
 
     def __init__(self, config: GPTConfig):
@@ -37,17 +39,15 @@ class CausalSelfAttention(nn.Module):
                        device=w.device if device is None else device)
 
     def forward(self, x: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
-        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):
+        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):  # a host check
             raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
                              f"concat_cache), got {type(cache).__name__}")
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if cache is not None:  # append this chunk; attend over everything cached so far
+        if cache is not None:  # write this chunk; attend over everything cached so far
             k, v = cache.extend(k, v)
-        # a cache checked its new entries as they were written: no scan of the whole cache
-        y = _softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0,
-                              check_kv=cache is None)
+        y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))

@@ -15,18 +15,33 @@ from gpt2k3.checks import check_finite_number, check_int, check_positive_int
 from gpt2k3.config import GPTConfig
 
 
-class MLP(nn.Module):
-    """Position-wise feed-forward network: ``n_embd -> 4 n_embd -> n_embd`` with GELU (tanh form)."""
+#: The activations :class:`MLP` accepts, by name (GPT-2 uses the tanh form of GELU).
+MLP_ACTIVATIONS = {"gelu_tanh": lambda: nn.GELU(approximate="tanh"), "gelu": nn.GELU,
+                   "relu": nn.ReLU, "silu": nn.SiLU}
 
-    def __init__(self, config: GPTConfig):
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network ``n_embd -> hidden -> n_embd``: GPT-2's MLP.
+
+    ``hidden`` defaults to GPT-2's ``4 n_embd`` and ``activation`` to its tanh-form GELU; the
+    text experiments change ``hidden`` to match parameter counts. The names ``c_fc``/``c_proj``
+    are GPT-2's checkpoint names, so Hugging Face state dicts load unchanged.
+    """
+
+    def __init__(self, config: GPTConfig, hidden: int | None = None,
+                 activation: str = "gelu_tanh"):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU(approximate="tanh")
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        hidden = 4 * config.n_embd if hidden is None else check_positive_int(hidden, "hidden")
+        if activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(MLP_ACTIVATIONS)}, "
+                             f"got {activation!r}")
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.act = MLP_ACTIVATIONS[activation]()
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
 
 
 class SwiGLU(nn.Module):
@@ -47,9 +62,14 @@ class SwiGLU(nn.Module):
 # ============================================================================ 4. SiTU-GLU
 def situ_reference(gate: float, up: float, beta: float = SITU_BETA,
                    linear_beta: float = SITU_LINEAR_BETA) -> float:
-    """SiTU-GLU of one pair of plain floats: the definition, written once more with ``math``."""
-    return (beta * math.tanh(gate / beta) / (1 + math.exp(-gate))
-            * linear_beta * math.tanh(up / linear_beta))
+    """SiTU-GLU of one pair of plain floats: the definition, written once more with ``math``.
+
+    The sigmoid is written ``1 / (1 + e^-g)`` for ``g >= 0`` and ``e^g / (1 + e^g)`` below, so
+    ``e`` is never raised to a large positive power (``situ_reference(-1000, 1)`` is 0, not an
+    OverflowError)."""
+    e = math.exp(-abs(gate))
+    sigmoid = 1 / (1 + e) if gate >= 0 else e / (1 + e)
+    return beta * math.tanh(gate / beta) * sigmoid * linear_beta * math.tanh(up / linear_beta)
 
 
 

@@ -10,10 +10,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_positive_int
+from gpt2k3.checks import check_positive_int, check_sampling, check_token_ids
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.mlp import MLP
-from gpt2k3.model import GPT, _check_sampling, _pick
+from gpt2k3.model import GPT, sample
 
 
 class FastDecoder:
@@ -56,10 +56,12 @@ class FastDecoder:
         if not isinstance(model, GPT):
             raise ValueError(f"model must be a GPT, got {type(model).__name__}")
         if not all(type(b.attn) is CausalSelfAttention and type(b.mlp) is MLP
+                   and b.mlp.c_fc.out_features == 4 * model.config.n_embd
+                   and isinstance(b.mlp.act, nn.GELU) and b.mlp.act.approximate == "tanh"
                    and type(b.ln_1) is nn.LayerNorm and type(b.ln_2) is nn.LayerNorm
                    for b in model.transformer.h) or model.residual is not None \
                 or "wpe" not in model.transformer or not model.config.tie_embeddings:
-            raise ValueError("model must be a plain GPT-2: causal self-attention, the GELU MLP and "
+            raise ValueError("model must be a plain GPT-2: causal self-attention, the 4x tanh-GELU MLP and "
                              "LayerNorm in every block, learned positions, a tied head and the "
                              "plain residual (FastDecoder packs exactly those weights)")
         cfg = model.config
@@ -132,9 +134,9 @@ class FastDecoder:
         return sum(x.numel() * x.element_size() for x in ts)
 
     @torch.no_grad()
-    def _prefill(self, idx: torch.Tensor) -> torch.Tensor:
+    def prefill(self, idx: torch.Tensor) -> torch.Tensor:
         """Run the prompt ``(B, T)`` through every layer, filling the cache; logits of its
-        last position ``(B, vocab)``."""
+        last position ``(B, vocab)``. No checks: :meth:`generate` is the front door."""
         B, T = idx.shape
         C, H = self.config.n_embd, self.config.n_head
         x = self.wte[idx] + self.wpe[:T]  # (B, T, C)
@@ -155,9 +157,10 @@ class FastDecoder:
         return torch.mm(h, self.head, out=self._logits)
 
     @torch.no_grad()
-    def _step(self, tok: torch.Tensor, pos: int) -> torch.Tensor:
+    def step(self, tok: torch.Tensor, pos: int) -> torch.Tensor:
         """One token per sequence (``tok`` of shape ``(B,)``) at position ``pos``, attending to
-        the ``pos`` cached positions and itself; logits ``(B, vocab)``."""
+        the ``pos`` cached positions and itself; logits ``(B, vocab)``. No checks, as
+        :meth:`prefill`."""
         C, H = self.config.n_embd, self.config.n_head
         B, n = self.batch, pos + 1
         x, qkv, fc, o = self._x, self._qkv, self._fc, self._o
@@ -187,13 +190,9 @@ class FastDecoder:
         """
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-        _check_sampling(temperature, top_k, self.config.vocab_size)
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must be an integer tensor of shape (B, T), got "
-                             f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "
-                             f"{tuple(getattr(idx, 'shape', ()))}")
-        B, T = idx.shape
-        if B != self.batch or T == 0:
+        check_sampling(temperature, top_k, self.config.vocab_size)
+        B, T = check_token_ids(idx, self.config.vocab_size)
+        if B != self.batch:
             raise ValueError(f"idx must have shape (B, T) = ({self.batch}, T >= 1) for this decoder, "
                              f"got {tuple(idx.shape)}")
         if T + max_new_tokens > self.max_len:
@@ -203,10 +202,10 @@ class FastDecoder:
         out[:, :T] = idx
         if max_new_tokens == 0:
             return out
-        logits = self._prefill(idx.to(self.device).long())
+        logits = self.prefill(idx.to(self.device).long())
         for i in range(max_new_tokens):
-            nxt = _pick(logits, temperature, top_k, generator)  # (B, 1)
+            nxt = sample(logits, temperature, top_k, generator)  # (B, 1)
             out[:, T + i] = nxt[:, 0]
             if i + 1 < max_new_tokens:
-                logits = self._step(nxt[:, 0], T + i)
+                logits = self.step(nxt[:, 0], T + i)
         return out
