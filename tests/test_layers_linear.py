@@ -156,9 +156,9 @@ def test_layer_with_its_own_state_cache():
     out = torch.cat([layer(x[:, :6], cache=cache)] + [layer(x[:, t:t + 1], cache=cache)
                                                        for t in range(6, 13)], dim=1)
     torch.testing.assert_close(out, layer(x), atol=1e-12, rtol=1e-12)
-    assert cache.length == 13 and cache.max_len is None
+    assert cache.length == 13 and cache.max_len == 13  # what new_cache promised
     assert cache.nbytes == cache.used_nbytes == 2 * 4 * (8 * 8 + 8) * 8
-    cache.check_room(10**9)  # a state never runs out of room
+    layer.new_cache(2).check_room(10**9)  # without a max_len, a state never runs out of room
     cache.reset()
     assert cache.length == 0 and cache.state is None
 
@@ -185,6 +185,11 @@ def test_bad_forward_input(model):
         LinearAttention({"n_embd": 32})
     with pytest.raises(ValueError, match=r"idx must have shape \(B, T\) with T >= 1"):
         decode_token_by_token(model, torch.zeros(1, 0, dtype=torch.long), model.new_cache(1))
+    # the layer is the front door for values: the ops behind it read shapes only
+    x = torch.zeros(1, 3, 32, dtype=torch.float64)
+    x[0, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match="x must be finite everywhere"):
+        layer(x)
 
 
 @pytest.mark.parametrize("args", [(0, 1, 1), (1, 0, 1), (1, 1, 0), (1, 1, 1.5), (True, 1, 1)])

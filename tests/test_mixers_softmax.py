@@ -132,17 +132,20 @@ def test_empty_query_chunk():
     assert softmax.recurrent(q[:, :, :0], k, v).shape == (1, 2, 0, 3)
 
 
-@pytest.mark.parametrize("where", ["q", "k", "v"])
-@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 @pytest.mark.parametrize("Tq", [1, 3, 8])
-def test_non_finite_input_raises_on_every_path(where, bad, Tq):
-    """Issue #19: SDPA turned a NaN query into zeros. Every path refuses it instead."""
-    q, k, v = make(1, 2, 8, 4)
-    x = {"q": q, "k": k, "v": v}[where]
-    x[0, 1, -1, 2] = bad
-    for fn in (softmax.parallel, softmax.recurrent):
-        with pytest.raises(ValueError, match=rf"{where} must be finite everywhere"):
-            fn(q[:, :, -Tq:], k, v)
+def test_no_host_sync_on_any_path(Tq):
+    """The argument check reads shapes and dtypes only: on meta tensors, which hold no values
+    (any read of one raises), every path of parallel runs, a decode step (Tq = 1) included.
+    Whether values are finite is checked at the front doors (layer input, cache writes)."""
+    q, k, v = (torch.randn(1, 2, n, 4, device="meta") for n in (Tq, 8, 8))
+    assert softmax.parallel(q, k, v).shape == (1, 2, Tq, 4)
+    assert softmax.parallel(q, k, v, scale=0.5).device.type == "meta"
+
+
+def test_mixed_dtypes_raise():
+    q, k, v = make(1, 2, 4, 3)
+    with pytest.raises(ValueError, match="k and v must have q's dtype"):
+        softmax.parallel(q.float(), k, v)
 
 
 @pytest.mark.parametrize("scale", [0, -1.0, float("nan"), float("inf"), True, "0.5"])

@@ -4,7 +4,8 @@ them. Nothing in the package calls these; each names the correct form that repla
 * :func:`seed_cached_attention` -- the cached attention whose mask ignores the cache
   (correct: :func:`gpt2k3.ops.softmax.parallel` with :func:`gpt2k3.ops.softmax.causal_mask`);
 * :func:`seed_prefill` -- linear attention's prefill as the worklog wrote it, its normaliser
-  repaired so it runs (correct: :func:`gpt2k3.ops.linear.parallel`);
+  repaired so that it runs at all, which leaves its causality bug (correct:
+  :func:`gpt2k3.ops.linear.chunkwise`);
 * :func:`seed_one_shot` -- the delta rule applied to a whole sequence in one update (correct
   only for one token: :func:`gpt2k3.ops.delta.recurrent`).
 """
@@ -13,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from gpt2k3.checks import check_delta_rule, compute_dtype, output_dtype
-from gpt2k3.ops.linear import EPS, _check
+from gpt2k3.checks import check_delta_rule, compute_dtype, linear_attention_inputs, output_dtype
+from gpt2k3.ops.linear import EPS
 
 
 def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -39,25 +40,29 @@ def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def seed_prefill(q, k, v, *, eps: float = EPS):
-    """The seed article's one-shot prefill -- deliberately WRONG for ``T > 1``.
+    """The seed article's one-shot prefill, repaired only so that it runs -- WRONG for ``T > 1``.
 
-    It builds the state from the whole prompt at once, ``S = K^T V = sum_s k_s^T v_s`` and
-    ``z = sum_s k_s``, and only then reads every position with it:
-    ``o_t = q_t S / (q_t . z + eps)``. Each output therefore sees *future* tokens; it is not
-    causal. The final state ``(S, z)`` is nevertheless the correct one, which is why the bug is
-    easy to miss. (The ``eps`` is not in the seed; it is added so that causality is the only
-    difference from :func:`parallel`.)
+    As written, the seed's snippet cannot prefill at all. It transposes the keys,
+    ``k = k.transpose(-1, -2)`` (``(B, H, D, T)``), and then ``S = S + k @ v`` is right (the
+    ``D x D`` sum over the tokens), but ``z = z + k`` keeps the transposed keys: ``z`` has shape
+    ``(B, H, D, T)`` and is never summed over the tokens, so ``denom = q @ z`` is ``T x T`` and
+    ``o / denom`` raises a broadcast error whenever ``T != d_head`` (when they are equal it
+    divides by a ``T x T`` matrix, elementwise). Here the normaliser is repaired,
+    ``z = k.sum(-2)``, to show the bug that remains: the state is built from the whole prompt
+    at once, ``S = K^T V = sum_s k_s^T v_s``, and only then read at every position,
+    ``o_t = q_t S / (q_t . z + eps)``. Each output therefore sees *future* tokens: it is not
+    causal. The final state ``(S, z)`` and the last output are nevertheless the correct ones,
+    which is why the bug is easy to miss. (The ``eps`` is not in the seed either; it is added so
+    that causality is the only difference from :func:`gpt2k3.ops.linear.parallel`.)
 
     Returns:
         ``(o, (S, z))``.
     """
-    _, eps, _, _ = _check(q, k, v, None, eps, True)
-    cdt, odt = compute_dtype(q, k, v), output_dtype(q, k, v)
-    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
-    S = k.transpose(-1, -2) @ v  # (B, H, Dk, Dv): all T tokens, including the future
-    z = k.sum(-2)  # (B, H, Dk)
+    q, k, v, _, dtype = linear_attention_inputs(q, k, v, None, eps)
+    S = k.transpose(-1, -2) @ v  # (B, H, Dk, Dv): all T tokens, the future included
+    z = k.sum(-2)  # repaired: the seed's z = z + k is (B, H, Dk, T), never summed over tokens
     o = (q @ S) / (q @ z.unsqueeze(-1) + eps)
-    return o.to(odt), (S, z)
+    return o.to(dtype), (S, z)
 
 
 def seed_one_shot(q, k, v, beta, *, initial_state=None):

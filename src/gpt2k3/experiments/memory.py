@@ -41,11 +41,13 @@ from dataclasses import dataclass
 import torch
 
 from gpt2k3.checks import (
+    check_choice,
+    check_draw,
     check_finite,
     check_float_tensor,
     check_int,
     check_number,
-    check_tensor,
+    check_same_dtype,
 )
 from gpt2k3.ops import delta as _delta
 
@@ -68,21 +70,13 @@ __all__ = [
 
 #: The ways of filling a state that :func:`retrieval_error` and :func:`error_curve` know.
 RULES = ("additive", "delta", "least_squares")
-_RULES = RULES
 _KEY_KINDS = ("random", "orthogonal")
-
-
-def _check_draw(generator, dtype) -> None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be None or a torch.Generator, got {generator!r}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
-        raise ValueError(f"dtype must be a real floating torch.dtype, got {dtype!r}")
 
 
 def random_unit_keys(n: int, d: int, generator: torch.Generator | None = None, dtype=torch.float32):
     """``n`` keys of dimension ``d``, independent and uniform on the unit sphere: shape ``(n, d)``."""
     n, d = check_int(n, "n", 0), check_int(d, "d", 1)
-    _check_draw(generator, dtype)
+    check_draw(generator, dtype)
     x = torch.randn(n, d, generator=generator, dtype=dtype)
     return x / x.norm(dim=-1, keepdim=True)
 
@@ -93,7 +87,7 @@ def orthogonal_keys(n: int, d: int, generator: torch.Generator | None = None, dt
     The rows of the Q factor of a Gaussian matrix (computed in float64, then cast).
     """
     n, d = check_int(n, "n", 0), check_int(d, "d", 1)
-    _check_draw(generator, dtype)
+    check_draw(generator, dtype)
     if n > d:
         raise ValueError(
             f"orthogonal_keys needs n <= d (there are at most d orthogonal directions); got n={n}, d={d}"
@@ -103,22 +97,16 @@ def orthogonal_keys(n: int, d: int, generator: torch.Generator | None = None, dt
     return Q.T[:n].to(dtype).contiguous()
 
 
-def _check_real(*named) -> None:
-    """Floating, finite tensors of one dtype (a float32 key against a float64 state is an
-    error that says so, not a matmul ``RuntimeError``)."""
-    for t, name in named:
-        check_float_tensor(t, name)
-        check_finite(t, name)
-    dtypes = {t.dtype for t, _ in named}
-    if len(dtypes) > 1:
-        raise ValueError(f"{', '.join(n for _, n in named)} must share one dtype, got "
-                         f"{', '.join(f'{n} {t.dtype}' for t, n in named)}")
+def _check_tensors(*named) -> None:
+    """``(tensor, name, ndim)`` triples: floating, finite, of one dtype (the experiments' front
+    door: they run ops that read no value)."""
+    for t, name, ndim in named:
+        check_finite(check_float_tensor(t, name, ndim), name)
+    check_same_dtype(*((t, name) for t, name, _ in named))
 
 
 def _check_pairs(keys, values) -> None:
-    check_tensor(keys, "keys", 2)
-    check_tensor(values, "values", 2)
-    _check_real((keys, "keys"), (values, "values"))
+    _check_tensors((keys, "keys", 2), (values, "values", 2))
     if keys.shape[0] != values.shape[0]:
         raise ValueError(
             f"values must have shape (N, Dv) with N = {keys.shape[0]} rows to match keys (N, D); "
@@ -192,9 +180,7 @@ def _write_least_squares_batched(keys, values):
 
 def read(S: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Read the state with every key: ``K S``, shape ``(N, Dv)``."""
-    check_tensor(S, "S", 2)
-    check_tensor(keys, "keys", 2)
-    _check_real((S, "S"), (keys, "keys"))
+    _check_tensors((S, "S", 2), (keys, "keys", 2))
     if keys.shape[1] != S.shape[0]:
         raise ValueError(
             f"keys must have shape (N, D) with D = {S.shape[0]} to match S (D, Dv); "
@@ -236,10 +222,7 @@ def read_erase_write(S: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: fl
 
     ``after`` equals the state :func:`gpt2k3.ops.delta.recurrent` reaches (tested).
     """
-    check_tensor(S, "S", 2)
-    check_tensor(k, "k", 1)
-    check_tensor(v, "v", 1)
-    _check_real((S, "S"), (k, "k"), (v, "v"))
+    _check_tensors((S, "S", 2), (k, "k", 1), (v, "v", 1))
     if k.shape[0] != S.shape[0] or v.shape[0] != S.shape[1]:
         raise ValueError(
             f"k must have shape (D,) = ({S.shape[0]},) and v shape (Dv,) = ({S.shape[1]},) to match "
@@ -264,7 +247,7 @@ def _write(keys, values, rule: str, beta):
         return _write_delta_batched(keys, values, _beta_vector(beta, keys.shape[1], keys.dtype))
     if rule == "least_squares":
         return _write_least_squares_batched(keys, values)
-    raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    raise AssertionError(f"unknown rule {rule!r}")  # callers check the rule first
 
 
 def _pair_errors(keys, values, rule, beta):
@@ -280,11 +263,8 @@ def pair_errors(keys: torch.Tensor, values: torch.Tensor, rule: str = "additive"
     delta rule only; ``rule`` is one of :data:`RULES`. A value row of all zeros has no relative
     error and raises ``ValueError`` (it used to come back as ``inf``).
     """
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    check_choice(rule, "rule", RULES)
     _check_pairs(keys, values)
-    check_finite(keys, "keys")
-    check_finite(values, "values")
     zero = (values == 0).all(-1)
     if bool(zero.any()):
         raise ValueError(
@@ -326,10 +306,8 @@ def _draw(n, d, trials, key_kind, gen, dtype):
 
 def _check_curve_args(d, rule, key_kind, trials, ns):
     d, trials = check_int(d, "d", 1), check_int(trials, "trials", 1)
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    if key_kind not in _KEY_KINDS:
-        raise ValueError(f"key_kind must be one of {_KEY_KINDS}, got {key_kind!r}")
+    check_choice(rule, "rule", RULES)
+    check_choice(key_kind, "key_kind", _KEY_KINDS)
     if isinstance(ns, (str, bytes)) or not hasattr(ns, "__iter__"):
         raise ValueError(f"ns must be a sequence of positive ints, got {ns!r}")
     ns = [check_int(n, "each n in ns", 1) for n in ns]

@@ -21,6 +21,10 @@ The layer's cache (:meth:`LinearAttention.new_cache`) is a :class:`gpt2k3.cache.
 fixed by the model's shape, not by the number of tokens seen. Decoding token by token gives the
 same outputs as one forward over the whole sequence, to float rounding (the tests check it).
 
+The layer is the front door: it checks its input (shape, dtype, finite values) once per call,
+and the ops it calls then check only shapes, so a decode step never waits on a value scan
+inside them; ``elu1`` makes the features non-negative, as the normalised ops require.
+
 No ``1/sqrt(D)`` scale is applied: the normalising denominator would cancel it (up to the
 epsilon), and the feature map is applied to the unscaled projections, as in the seed's snippet.
 """
@@ -32,7 +36,7 @@ import torch.nn as nn
 
 from gpt2k3.accounting import mixer_state_numbers
 from gpt2k3.cache import StateCache
-from gpt2k3.checks import check_layer_input, check_positive_float, check_positive_int
+from gpt2k3.checks import check_chunk_size, check_layer_input, check_positive_float, check_positive_int
 from gpt2k3.config import GPTConfig
 from gpt2k3.ops import linear as _linear
 
@@ -56,8 +60,7 @@ class LinearAttention(nn.Module):
         super().__init__()
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size <= 0:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        chunk_size = check_chunk_size(chunk_size)
         eps = check_positive_float(eps, "eps")  # what the mixer accepts: a finite float > 0
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
@@ -66,9 +69,10 @@ class LinearAttention(nn.Module):
         self.chunk_size, self.eps = chunk_size, eps
 
     def new_cache(self, batch: int, max_len: int | None = None, *, dtype=None, device=None) -> StateCache:
-        """An empty fixed-size state; ``batch``, ``max_len``, dtype and device are fixed by the
-        first tokens it sees (a state has no length limit)."""
-        return StateCache()
+        """An empty fixed-size state for ``batch`` sequences of at most ``max_len`` tokens
+        (``None``: no limit, since the state does not grow); dtype and device are fixed by the
+        first tokens it sees."""
+        return StateCache(batch, max_len)
 
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
         check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,

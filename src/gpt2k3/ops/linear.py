@@ -16,7 +16,7 @@ Three forms compute the same thing:
 
 * :func:`parallel` -- the masked ``T x T`` score matrix, O(T^2) work, the "attention" view;
 * :func:`recurrent` -- token by token through the state, O(T) work: the definition, a plain loop
-  that shares nothing with the other forms but argument validation;
+  that shares nothing with the other forms but the argument check;
 * :func:`chunkwise` -- the masked parallel form inside chunks of ``chunk_size`` tokens and the
   recurrence between chunks: what fast kernels do.
 
@@ -24,8 +24,9 @@ All three return ``(o, (S, z))``, the outputs and the state after the last token
 :func:`parallel`, ``S = K^T V`` and ``z = sum_s k_s``, the same state), and :func:`recurrent`
 and :func:`chunkwise` take an ``initial_state`` so a sequence can be processed in pieces.
 
-:func:`decode_step` is the recurrence for one new token with no loop around it -- the O(D^2)
-per-token cost of decoding with a state, which chapter 3 times against a KV cache.
+:func:`decode_step` is the recurrence for one new token with no loop around it, optionally
+updating the state in place -- the fast form of a decode step, tested equal to
+:func:`recurrent`, and the O(D^2) per-token cost that chapter 3 times against a KV cache.
 
 All take ``q, k`` *after* the feature map and apply no hidden ``1/sqrt(D)`` scale (the
 normalising denominator makes such a scale cancel anyway, up to the epsilon).
@@ -43,13 +44,17 @@ it is negligible: with features of order one, ``q_t . z_t`` is of order ``t * D`
 ``normalize=False`` the functions return only the numerator ``q_t S_t`` -- the unnormalised
 variant used by later models and by flash-linear-attention's default -- and ``eps`` is unused.
 
-Because a negative feature could make the denominator cross zero, the normalised forms raise
-``ValueError`` when ``q`` or ``k`` has a negative entry: apply :func:`elu1` (or another
-non-negative feature map) first.
+Every form begins with one call, :func:`gpt2k3.checks.linear_attention_inputs`, which checks
+the arguments from their shapes and dtypes, reading no value, so it never waits for the device,
+and hands back the inputs and the state (zeros unless one is given) in the compute dtype, at
+least float32 (outputs are returned in the input dtype). Two promises are
+the caller's and are not scanned here: finite inputs (the layer's input is checked, at the front
+door) and, for the normalised forms, non-negative ``q`` and ``k`` (a negative feature could make
+the denominator cross zero; apply :func:`elu1` or another non-negative feature map first).
 
-:func:`seed_prefill` reproduces the one-shot prefill of the seed article, which sums ``k^T v``
-over *all* ``T`` tokens before reading and is therefore not causal; it exists so the book can
-show that bug next to the correct forms.
+The seed article's one-shot prefill, which sums ``k^T v`` over *all* ``T`` tokens before
+reading and is therefore not causal, is :func:`gpt2k3.seed.seed_prefill`, kept so the book can
+show that bug next to these forms.
 """
 
 from __future__ import annotations
@@ -57,25 +62,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import (
-    check_chunk_size,
-    check_float_tensor,
-    check_linear_state,
-    check_nonnegative,
-    check_positive_float,
-    check_qkv,
-    compute_dtype,
-    output_dtype,
-)
+from gpt2k3.checks import check_float_tensor, linear_attention_inputs
 
 __all__ = ["EPS", "elu1", "parallel", "recurrent", "chunkwise", "decode_step"]
 
 #: Default epsilon added to the normalising denominator (see the module docstring).
 EPS = 1e-6
-
-_NONNEG_HINT = (
-    " for the normalised form (apply a feature map such as elu1 first, or pass normalize=False)"
-)
 
 
 def elu1(x: torch.Tensor) -> torch.Tensor:
@@ -86,24 +78,6 @@ def elu1(x: torch.Tensor) -> torch.Tensor:
     """
     check_float_tensor(x, "x")
     return F.elu(x) + 1.0
-
-
-def _check(q, k, v, initial_state, eps, normalize):
-    """Validate the arguments of every form (nothing is computed or cast here).
-
-    Returns ``((B, H, T, Dk, Dv), eps, S0, z0)`` with ``(S0, z0)`` the incoming state or
-    ``(None, None)``.
-    """
-    dims = check_qkv(q, k, v)
-    eps = check_positive_float(eps, "eps")
-    if not isinstance(normalize, bool):
-        raise ValueError(f"normalize must be a bool, got {normalize!r}")
-    if normalize:
-        check_nonnegative(q, "q", _NONNEG_HINT)
-        check_nonnegative(k, "k", _NONNEG_HINT)
-    B, H, _, Dk, Dv = dims
-    S0, z0 = check_linear_state(initial_state, "initial_state", B, H, Dk, Dv)
-    return dims, eps, S0, z0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,22 +97,20 @@ def parallel(q, k, v, *, eps: float = EPS, normalize: bool = True):
         normalize: if False, return the numerator ``A V`` only.
 
     Returns:
-        ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` and the state after the last token,
-        ``S = K^T V`` and ``z = sum_s k_s`` (compute dtype, at least float32), as the other
-        forms return it.
+        ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` in the promoted input dtype, and the state
+        after the last token, ``S = K^T V`` and ``z = sum_s k_s`` (compute dtype, at least
+        float32), as the other forms return it.
     """
-    _, eps, _, _ = _check(q, k, v, None, eps, normalize)
-    cdt, odt = compute_dtype(q, k, v), output_dtype(q, k, v)
-    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
+    q, k, v, _, dtype = linear_attention_inputs(q, k, v, None, eps, normalize)
     A = (q @ k.transpose(-1, -2)).tril()  # A[t, s] = q_t . k_s for s <= t
     o = A @ v
     if normalize:
         o = o / (A.sum(-1, keepdim=True) + eps)
-    return o.to(odt), (k.transpose(-1, -2) @ v, k.sum(-2))
+    return o.to(dtype), (k.transpose(-1, -2) @ v, k.sum(-2))
 
 
 def recurrent(q, k, v, *, initial_state=None, eps: float = EPS, normalize: bool = True):
-    """Causal linear attention token by token: the definition.
+    """Causal linear attention token by token: the definition, the reference form.
 
     For each ``t``: ``S <- S + k_t^T v_t``, ``z <- z + k_t``, ``o_t = q_t S / (q_t . z + eps)``.
 
@@ -149,24 +121,19 @@ def recurrent(q, k, v, *, initial_state=None, eps: float = EPS, normalize: bool 
         eps, normalize: as in :func:`parallel`.
 
     Returns:
-        ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` and the state after the last token (kept in
-        the compute dtype, at least float32).
+        ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` in the promoted input dtype, and the state
+        after the last token (in the compute dtype, at least float32).
     """
-    (B, H, T, Dk, Dv), eps, S0, z0 = _check(q, k, v, initial_state, eps, normalize)
-    cdt, odt = compute_dtype(q, k, v, S0, z0), output_dtype(q, k, v)
-    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
-    S = q.new_zeros(B, H, Dk, Dv) if S0 is None else S0.to(cdt)
-    z = q.new_zeros(B, H, Dk) if z0 is None else z0.to(cdt)
-    o = q.new_empty(B, H, T, Dv)
-    for t in range(T):
+    q, k, v, (S, z), dtype = linear_attention_inputs(q, k, v, initial_state, eps, normalize)
+    o = torch.empty_like(v)
+    for t in range(q.shape[2]):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         S = S + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)  # outer product k_t^T v_t
         z = z + k_t
-        num = (q_t.unsqueeze(-2) @ S).squeeze(-2)  # q_t S, (B, H, Dv)
+        o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
         if normalize:
-            num = num / ((q_t * z).sum(-1, keepdim=True) + eps)
-        o[:, :, t] = num
-    return o.to(odt), (S, z)
+            o[:, :, t] /= (q_t * z).sum(-1, keepdim=True) + eps
+    return o.to(dtype), (S, z)
 
 
 def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float = EPS,
@@ -185,24 +152,19 @@ def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float =
     Returns:
         ``(o, (S, z))`` as in :func:`recurrent`.
     """
-    chunk_size = check_chunk_size(chunk_size)
-    (B, H, T, Dk, Dv), eps, S0, z0 = _check(q, k, v, initial_state, eps, normalize)
-    cdt, odt = compute_dtype(q, k, v, S0, z0), output_dtype(q, k, v)
-    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
-    S = q.new_zeros(B, H, Dk, Dv) if S0 is None else S0.to(cdt)
-    z = q.new_zeros(B, H, Dk) if z0 is None else z0.to(cdt)
-    o = q.new_empty(B, H, T, Dv)
+    q, k, v, (S, z), dtype = linear_attention_inputs(q, k, v, initial_state, eps, normalize,
+                                                     chunk_size)
+    o, T = torch.empty_like(v), q.shape[2]
     for start in range(0, T, chunk_size):
         c = slice(start, min(start + chunk_size, T))
         q_c, k_c, v_c = q[:, :, c], k[:, :, c], v[:, :, c]
         A = (q_c @ k_c.transpose(-1, -2)).tril()  # intra-chunk scores, causal
-        num = q_c @ S + A @ v_c  # inter-chunk (earlier chunks via S) + intra-chunk
+        o[:, :, c] = q_c @ S + A @ v_c  # earlier chunks through the state, this one directly
         if normalize:
-            num = num / (q_c @ z.unsqueeze(-1) + A.sum(-1, keepdim=True) + eps)
-        o[:, :, c] = num
+            o[:, :, c] /= q_c @ z.unsqueeze(-1) + A.sum(-1, keepdim=True) + eps
         S = S + k_c.transpose(-1, -2) @ v_c
         z = z + k_c.sum(-2)
-    return o.to(odt), (S, z)
+    return o.to(dtype), (S, z)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,11 +174,13 @@ def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float =
 
 def decode_step(q_t, k_t, v_t, *, initial_state=None, eps: float = EPS, normalize: bool = True,
                 inplace: bool = False):
-    """One decode step through the state: :func:`recurrent` for a single token, without the loop.
+    """One decode step through the state: the fast form of :func:`recurrent` for one token.
 
-    ``S <- S + k_t^T v_t``, ``z <- z + k_t``, ``o_t = q_t S / (q_t . z + eps)``. The work and
-    the bytes touched are O(Dk Dv) whatever the context length: the step reads and writes the
-    state, never the past tokens.
+    ``S <- S + k_t^T v_t``, ``z <- z + k_t``, ``o_t = q_t S / (q_t . z + eps)``, with no loop and,
+    optionally, no new allocation. The work and the bytes touched are O(Dk Dv) whatever the
+    context length: the step reads and writes the state, never the past tokens. Its argument
+    check reads no value, so the step never waits for the device; the tests check it equals
+    :func:`recurrent` token by token.
 
     Args:
         q_t, k_t: ``(B, H, 1, Dk)`` non-negative features. v_t: ``(B, H, 1, Dv)``.
@@ -229,26 +193,12 @@ def decode_step(q_t, k_t, v_t, *, initial_state=None, eps: float = EPS, normaliz
     Returns:
         ``(o_t, (S, z))``: the output ``(B, H, 1, Dv)`` and the updated state.
     """
-    (B, H, T, Dk, Dv), eps, S0, z0 = _check(q_t, k_t, v_t, initial_state, eps, normalize)
-    if T != 1:
-        raise ValueError(f"q_t, k_t and v_t must hold one token, shape (B, H, 1, D); got T={T}")
-    cdt, odt = compute_dtype(q_t, k_t, v_t, S0, z0), output_dtype(q_t, k_t, v_t)
-    q, k, v = q_t.to(cdt), k_t.to(cdt), v_t.to(cdt)
-    S = q.new_zeros(B, H, Dk, Dv) if S0 is None else S0.to(cdt)  # .to is a no-op in cdt
-    z = q.new_zeros(B, H, Dk) if z0 is None else z0.to(cdt)
-    o, S, z = _decode(q, k, v, S, z, eps, normalize, inplace)
-    return o.to(odt), (S, z)
-
-
-def _decode(q, k, v, S, z, eps: float, normalize: bool, inplace: bool):
-    """The step itself, on validated inputs in the compute dtype (``benchmarks/crossover.py``
-    times this, so that the per-call validation does not count as the state's cost)."""
-    B, H, _, Dk = q.shape
-    Dv = v.shape[-1]
-    k_col = k.reshape(B * H, 1, Dk).transpose(1, 2)  # (BH, Dk, 1)
-    v_row = v.reshape(B * H, 1, Dv)  # (BH, 1, Dv)
+    q, k, v, (S, z), dtype = linear_attention_inputs(q_t, k_t, v_t, initial_state, eps, normalize,
+                                                     one_token=True)
+    (B, H, _, Dk), Dv = q.shape, v.shape[-1]
+    k_col, v_row = k.reshape(B * H, Dk, 1), v.reshape(B * H, 1, Dv)
     if inplace and S.is_contiguous() and z.is_contiguous():
-        S.view(B * H, Dk, Dv).baddbmm_(k_col, v_row)  # S += k^T v, the outer product
+        S.view(B * H, Dk, Dv).baddbmm_(k_col, v_row)  # S += k^T v with no new allocation
         z.add_(k[:, :, 0])
     else:
         S = torch.baddbmm(S.reshape(B * H, Dk, Dv), k_col, v_row).view(B, H, Dk, Dv)
@@ -256,6 +206,4 @@ def _decode(q, k, v, S, z, eps: float, normalize: bool, inplace: bool):
     o = q @ S  # (B, H, 1, Dv)
     if normalize:
         o = o / (q @ z.unsqueeze(-1) + eps)
-    return o, S, z
-
-
+    return o.to(dtype), (S, z)
