@@ -50,7 +50,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # fla_oracle: fla's naive refere
 from _common import machine, rounds, sync, write  # noqa: E402
 
 from gpt2k3.checks import compute_dtype  # noqa: E402
-from gpt2k3.ops import _chunked, delta  # noqa: E402
+from gpt2k3.ops import delta, gated_delta  # noqa: E402
 
 
 def inputs(B, H, T, D, device, dtype=torch.float32, seed=0):
@@ -223,8 +223,9 @@ def run_training(args, device: str = "cuda", Ts=None) -> dict:
 def graphed_chunkwise(q, k, v, beta, chunk_size, out):
     """Ours with every kernel of one call captured in a CUDA graph (no launch overhead).
 
-    Captures the validated, cast inputs going into the chunked core (validation syncs with the
-    host and cannot be captured); replaying the graph recomputes the whole sequence.
+    Captures the public fast core :func:`gpt2k3.ops.gated_delta.chunked` (what
+    :func:`gpt2k3.ops.delta.chunkwise` runs after its check) on inputs validated and cast
+    outside the capture; replaying the graph recomputes the whole sequence.
     """
     cdt = compute_dtype(q, k, v, beta)  # what delta.chunkwise computes in
     qs, ks, vs, bs = (x.to(cdt) for x in (q, k, v, beta))
@@ -233,11 +234,11 @@ def graphed_chunkwise(q, k, v, beta, chunk_size, out):
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            _chunked.chunked(qs, ks, vs, bs, None, S0, chunk_size)
+            gated_delta.chunked(qs, ks, vs, bs, None, S0, chunk_size)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_static, _ = _chunked.chunked(qs, ks, vs, bs, None, S0, chunk_size)
+        o_static, _ = gated_delta.chunked(qs, ks, vs, bs, None, S0, chunk_size)
 
     def replay():
         graph.replay()

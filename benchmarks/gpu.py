@@ -10,8 +10,8 @@ budget, ``--budget-s``, runs out, and records what it skipped):
    and 8), for the book's three kinds of decode memory, each eagerly and replayed as one CUDA
    graph (no launch overhead):
 
-   * the **KV cache**: :func:`gpt2k3.ops.softmax.parallel` with one query (its core after
-     validation, ``softmax._attend``) over preallocated key and value buffers (32 heads x 128,
+   * the **KV cache**: :func:`gpt2k3.ops.softmax.parallel` with one query over preallocated
+     key and value buffers (32 heads x 128,
      bf16), the new token written at ``N - 1``: reads ``2 N H D`` numbers;
    * the **MLA latent cache**: :meth:`gpt2k3.layers.mla.MLA.decode_absorbed`, one DeepSeek-V3
      layer on a :class:`~gpt2k3.layers.mla.LatentCache` (the whole layer, projections included:
@@ -23,7 +23,8 @@ budget, ``--budget-s``, runs out, and records what it skipped):
 2. ``gates_cuda.json`` -- the training-form forward at T = 4K ... 64K (batch 1, 16 heads, D = 128):
    the book's :func:`~gpt2k3.ops.delta.chunkwise` DeltaNet and
    :func:`~gpt2k3.ops.gated_delta.chunkwise` Gated DeltaNet and KDA (float32 compute with TF32
-   matmuls, from bf16 inputs; eagerly and with the whole chunked core captured in one CUDA graph)
+   matmuls, from bf16 inputs; eagerly, and their public fast core
+   :func:`~gpt2k3.ops.gated_delta.chunked` captured in one CUDA graph)
    against flash-linear-attention's Triton kernels (``fla.ops``: ``chunk_delta_rule``,
    ``chunk_gated_delta_rule``, ``chunk_kda``; bf16) and causal softmax attention
    (``F.scaled_dot_product_attention(..., is_causal=True)``, bf16, flash where available), with
@@ -68,7 +69,7 @@ import _common  # noqa: E402
 from _common import machine, rounds, write  # noqa: E402
 
 from gpt2k3.checks import compute_dtype  # noqa: E402
-from gpt2k3.ops import _chunked, delta, gated_delta, softmax  # noqa: E402
+from gpt2k3.ops import delta, gated_delta, softmax  # noqa: E402
 from gpt2k3.layers.mla import MLA, MLAConfig  # noqa: E402
 
 
@@ -170,8 +171,8 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
     mla_weight_bytes = sum(p.numel() * p.element_size() for p in mla.parameters())
     r, dr, Hm = mla_cfg.kv_lora_rank, mla_cfg.qk_rope_head_dim, mla_cfg.n_heads
     for B in cfg["batches"]:
-        # the fixed state: one token of KDA, eagerly through the public function (it validates
-        # its inputs, which syncs with the host) and, in the graph, its core recurrence
+        # the fixed state: one token of KDA through the public function, eagerly (its check
+        # reads the inputs back to the host) and captured in a CUDA graph
         q_s, k_s = (F.normalize(randn(B, Hs, 1, Ds, dt=torch.float32), dim=-1) for _ in range(2))
         v_s = randn(B, Hs, 1, Ds, dt=torch.float32)
         beta_s = torch.rand(B, Hs, 1, generator=g).to(device)
@@ -179,10 +180,9 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
         S0 = randn(B, Hs, Ds, Ds, dt=torch.float32)
         state_fns = {"state (KDA, fp32) eager": lambda: (
             lambda: gated_delta.recurrent(q_s, k_s, v_s, beta_s, la_s, initial_state=S0))}
-        if use_graphs:
-            alpha_s = la_s.exp()  # what gated_delta.recurrent hands its loop (all fp32 already)
+        if use_graphs:  # the same public function: its check reads no values while capturing
             state_fns["state (KDA, fp32) CUDA graph"] = lambda: graphed(
-                lambda: gated_delta._loop(q_s, k_s, v_s, beta_s, alpha_s, S0))
+                lambda: gated_delta.recurrent(q_s, k_s, v_s, beta_s, la_s, initial_state=S0))
         state_bytes = 2 * B * Hs * Ds * Ds * 4  # read and written once
         for N in cfg["contexts"]:
             base = {"B": B, "N": N}
@@ -201,10 +201,9 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
             q_t, k_t, v_t = (randn(B, H, 1, D) for _ in range(3))
 
             def kv_step(k_buf=k_buf, v_buf=v_buf, q_t=q_t, k_t=k_t, v_t=v_t):
-                # softmax.parallel with Tq = 1 after its validation (which reads the whole cache
-                # once more and syncs with the host, so it cannot be captured in a graph)
+                # softmax.parallel with Tq = 1: its check reads no value, so it can be graphed
                 k_buf[:, :, N - 1:N], v_buf[:, :, N - 1:N] = k_t, v_t
-                return softmax._attend(q_t, k_buf, v_buf, D ** -0.5)
+                return softmax.parallel(q_t, k_buf, v_buf, scale=D ** -0.5)
 
             fns["KV cache eager"] = lambda: kv_step
             if use_graphs:
@@ -309,12 +308,13 @@ def gates_prefill(cfg: dict, device: str, budget: Budget) -> dict:
             return lambda: outs.__setitem__(name, gated_delta.chunkwise(q, k, v, beta, la, chunk_size=C)[0])
 
         def ours_graph(la):
-            # validation syncs with the host: prepare (validate, cast) outside the capture
-            cdt = compute_dtype(q, k, v, beta, la)  # as delta / gated_delta.chunkwise cast
+            # the fast core the layers call, gated_delta.chunked, on inputs cast outside the
+            # capture (as chunkwise casts them), so the graph holds only the algorithm
+            cdt = compute_dtype(q, k, v, beta, la)
             qs, ks, vs, bs = (x.to(cdt) for x in (q, k, v, beta))
-            ls = None if la is None else (la.to(cdt) if la.ndim == 4 else la.to(cdt).unsqueeze(-1))
+            ls = None if la is None else la.to(cdt)
             S0 = qs.new_zeros(B, H, D, D)
-            return graphed(lambda: _chunked.chunked(qs, ks, vs, bs, ls, S0, C))
+            return graphed(lambda: gated_delta.chunked(qs, ks, vs, bs, ls, S0, C))
 
         def theirs(name, kernel, la):
             qf, kf, vf, bf = (x.transpose(1, 2).contiguous() for x in (q, k, v, beta))

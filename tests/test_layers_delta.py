@@ -11,7 +11,8 @@ from gpt2k3.model import GPT
 from gpt2k3.config import GPTConfig
 from gpt2k3.cache import KVCache
 from gpt2k3.cache import StateCache
-from gpt2k3.layers.deltanet import KDA, DeltaNet, DeltaState, GatedDeltaNet
+from gpt2k3.layers.deltanet import (KDA, DeltaNet, DeltaState, GatedDeltaNet, bounded_log_decay,
+                                    gdn_log_decay, kda_log_decay)
 from gpt2k3.layers.norms import GatedRMSNorm
 from gpt2k3.layers.conv import ShortConv
 from gpt2k3.models.hybrid import forward_in_pieces
@@ -124,6 +125,55 @@ def test_kda_gate_is_low_rank_and_per_channel():
     expected = -layer.A_log.exp()[None, None, :, None] * F.softplus(f)
     torch.testing.assert_close(la, expected.transpose(1, 2))
     assert (la <= 0).all()
+
+
+def _fla_kda_gate():
+    """fla-core's ``naive_kda_gate`` (``fla/ops/kda/gate.py``), taken out of the file by name (the
+    file imports triton at the top)."""
+    import ast
+    from fla_oracle import fla_package_dir
+
+    path = fla_package_dir() / "ops" / "kda" / "gate.py"
+    funcs = [n for n in ast.parse(path.read_text()).body
+             if isinstance(n, ast.FunctionDef) and n.name == "naive_kda_gate"]
+    assert len(funcs) == 1, "fla's KDA gate reference moved"
+    namespace = {"torch": torch, "F": F}
+    exec(compile(ast.Module(body=funcs, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace["naive_kda_gate"]
+
+
+def test_decay_functions_follow_the_definitions_and_fla():
+    g = torch.Generator().manual_seed(3)
+    H, Dk = 3, 4
+    x = 4 * torch.randn(2, 5, H, Dk, generator=g, dtype=torch.float64)
+    A_log, dt_bias = torch.randn(H, generator=g, dtype=torch.float64), torch.randn(H * Dk, generator=g, dtype=torch.float64)
+    ours = kda_log_decay(x, A_log, dt_bias)
+    by_hand = -A_log.exp().view(H, 1) * F.softplus(x + dt_bias.view(H, Dk))
+    torch.testing.assert_close(ours, by_hand, rtol=0, atol=0)
+    theirs = _fla_kda_gate()(x, A_log, dt_bias, output_dtype=torch.float64)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)  # fla computes in float32
+    # Gated DeltaNet's is the same formula with one channel per head
+    a, b_h = x[..., 0], dt_bias[:H]
+    torch.testing.assert_close(gdn_log_decay(a, A_log, b_h),
+                               kda_log_decay(a[..., None], A_log, b_h)[..., 0], rtol=0, atol=0)
+    assert (ours <= 0).all() and gdn_log_decay(a.float(), A_log.float(), b_h.float()).dtype == torch.float32
+    assert kda_log_decay(x.half(), A_log, dt_bias).dtype == torch.float32  # x's dtype, at least float32
+    # K3's bound changes only the squashing: a floor at lower_bound
+    lo = bounded_log_decay(x, A_log, dt_bias, -2.0)
+    assert ((lo > -2.0) & (lo < 0)).all()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: kda_log_decay(torch.zeros(2, 5, 3), torch.zeros(3), torch.zeros(12)), r"x must be a floating \(B, T, H, Dk\)"),
+    (lambda: kda_log_decay(torch.zeros(2, 5, 3, 4), torch.zeros(2), torch.zeros(12)), r"A_log must have shape \(H,\)"),
+    (lambda: kda_log_decay(torch.zeros(2, 5, 3, 4), torch.zeros(3), torch.zeros(3)), r"dt_bias must have shape \(H \* Dk,\)"),
+    (lambda: gdn_log_decay(torch.zeros(2, 5, 3, 1), torch.zeros(3), torch.zeros(3)), r"x must be a floating \(B, T, H\)"),
+    (lambda: gdn_log_decay(torch.zeros(2, 5, 3), torch.zeros(3), torch.zeros(4)), r"dt_bias must have shape \(H,\)"),
+    (lambda: gdn_log_decay(torch.zeros(2, 5, 3, dtype=torch.long), torch.zeros(3), torch.zeros(3)), "x must be a floating"),
+])
+def test_decay_functions_reject_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_kda_initialisation_is_nearly_memoryless():

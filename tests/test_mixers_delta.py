@@ -196,9 +196,53 @@ def test_fla_delta_rule_chunkwise(chunk_size):
     naive = load_naive("delta_rule")
     q, k, v, beta = make(2, 2, 192, 16, 8, seed=32, dtype=torch.float32)  # theirs needs T % chunk == 0
     o_ref, S_ref = naive.delta_rule_chunkwise(q * 16**0.5, k, v, beta, chunk_size=chunk_size)
-    for o, S in (delta.recurrent(q, k, v, beta), delta.chunkwise(q, k, v, beta, chunk_size=chunk_size)):
+    for o, S in (delta.recurrent(q, k, v, beta), delta.chunkwise(q, k, v, beta, chunk_size=chunk_size),
+                 delta.chunkwise_reference(q, k, v, beta, chunk_size=chunk_size)):
         torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(S, S_ref, atol=1e-5, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- chunkwise reference
+
+
+@pytest.mark.parametrize("T, chunk", [(1, 4), (7, 4), (16, 4), (45, 16), (100, 64), (63, 64)])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_chunkwise_reference_equals_recurrent_and_the_fast_core(T, chunk, with_state):
+    q, k, v, beta = make(2, 3, T, 8, 5, seed=T)
+    S0 = make_state(2, 3, 8, 5, seed=T + 1) if with_state else None
+    o_ref, S_ref = delta.chunkwise_reference(q, k, v, beta, initial_state=S0, chunk_size=chunk)
+    for o, S in (delta.recurrent(q, k, v, beta, initial_state=S0),
+                 delta.chunkwise(q, k, v, beta, initial_state=S0, chunk_size=chunk)):
+        assert_close(o, o_ref)
+        assert_close(S, S_ref)
+
+
+def test_chunkwise_reference_equals_fla_naive_chunkwise():
+    naive = load_naive("delta_rule")
+    q, k, v, beta = make(2, 2, 128, 16, 8, seed=33, dtype=torch.float32)  # theirs needs T % chunk == 0
+    o_fla, S_fla = naive.delta_rule_chunkwise(q * 16**0.5, k, v, beta, chunk_size=32)
+    o, S = delta.chunkwise_reference(q, k, v, beta, chunk_size=32)
+    torch.testing.assert_close(o, o_fla, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(S, S_fla, atol=1e-5, rtol=1e-5)
+
+
+def test_chunkwise_reference_low_precision_inputs():
+    q, k, v, beta = make(1, 2, 20, 8, 4, seed=34, dtype=torch.bfloat16, beta_max=1.0)
+    o, S = delta.chunkwise_reference(q, k, v, beta, chunk_size=8)
+    o_rec, S_rec = delta.recurrent(q, k, v, beta)
+    assert o.dtype == torch.bfloat16 and S.dtype == torch.float32
+    torch.testing.assert_close(S, S_rec, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunkwise_reference", "chunkwise"])
+@pytest.mark.parametrize("empty", ["B", "H", "T"])
+def test_empty_batch_heads_or_time_give_empty_results(form, empty):
+    B, H, T = (0 if empty == n else d for n, d in (("B", 2), ("H", 3), ("T", 5)))
+    q, k, v, beta = make(B, H, T, 4, 3)
+    S0 = make_state(B, H, 4, 3)
+    o, S = getattr(delta, form)(q, k, v, beta, initial_state=S0)
+    assert o.shape == (B, H, T, 3) and S.shape == (B, H, 4, 3)
+    assert torch.equal(S, S0)
 
 
 # --------------------------------------------------------------------------- bad input
@@ -481,7 +525,8 @@ def test_wy_pieces_are_re_exported():
 
 
 def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
-    """delta.recurrent is its own loop: breaking the chunked core leaves it untouched."""
+    """delta.recurrent and delta.chunkwise_reference are their own loops: breaking the chunked
+    core leaves them untouched."""
     q, k, v, beta = make(1, 2, 9, 3, 2, seed=90)
     before = delta.recurrent(q, k, v, beta)
 
@@ -492,6 +537,8 @@ def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
         monkeypatch.setattr(_chunked, name, broken)
     after = delta.recurrent(q, k, v, beta)
     assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
+    reference = delta.chunkwise_reference(q, k, v, beta, chunk_size=4)  # nor does the chunked reference
+    assert_close(reference[0], before[0]) and assert_close(reference[1], before[1])
     with pytest.raises(AssertionError, match="must not call"):
         monkeypatch.setattr(delta, "chunked", broken)
         delta.chunkwise(q, k, v, beta)

@@ -503,3 +503,46 @@ def test_channel_decays_grad_path_equals_in_place_path():
         assert_close(a.detach(), b)
     sum(x.sum() for x in tracked).backward()
     assert torch.isfinite(q.grad).all() and torch.isfinite(la.grad).all()
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_public_fast_core_is_chunkwise_on_validated_inputs(per_channel):
+    """gated_delta.chunked (no checks, no host sync) is what chunkwise runs after its one check."""
+    q, k, v, beta, la = make(2, 3, 37, 8, 4, seed=18, per_channel=per_channel)
+    S0 = torch.randn(2, 3, 8, 4, dtype=q.dtype, generator=torch.Generator().manual_seed(19))
+    o, S = gated_delta.chunked(q, k, v, beta, la, S0, 16)
+    o_chk, S_chk = gated_delta.chunkwise(q, k, v, beta, la, initial_state=S0, chunk_size=16)
+    assert torch.equal(o, o_chk) and torch.equal(S, S_chk)
+    o_rec, S_rec = gated_delta.recurrent(q, k, v, beta, la, initial_state=S0)
+    assert_close(o, o_rec)
+    assert_close(S, S_rec)
+    o0, S0_ = gated_delta.chunked(q, k, v, beta, None, S0, 16)  # no decay: DeltaNet
+    o_d, S_d = delta.chunkwise(q, k, v, beta, initial_state=S0, chunk_size=16)
+    assert torch.equal(o0, o_d) and torch.equal(S0_, S_d)
+
+
+@pytest.mark.parametrize("form", ["recurrent", "chunkwise"])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("empty", ["B", "H", "T"])
+def test_empty_batch_heads_or_time_give_empty_results(form, per_channel, empty):
+    B, H, T = (0 if empty == n else d for n, d in (("B", 2), ("H", 3), ("T", 5)))
+    q, k, v, beta, la = make(B, H, T, 4, 3, seed=20, per_channel=per_channel)
+    o, S = getattr(gated_delta, form)(q, k, v, beta, la)
+    assert o.shape == (B, H, T, 3) and S.shape == (B, H, 4, 3) and not S.any()
+
+
+def test_the_check_reads_no_values_while_a_cuda_graph_is_captured(monkeypatch):
+    """During CUDA-graph capture (simulated here) the one check keeps its host-side checks and
+    skips those that read values back (a capture cannot sync), so the public ops can be graphed."""
+    q, k, v, beta, la = make(1, 2, 9, 4, 3, seed=21, per_channel=True)
+    expected = gated_delta.recurrent(q, k, v, beta, la)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for fn in (gated_delta.recurrent, gated_delta.chunkwise):
+        o, S = fn(q, k, v, beta, la)
+        assert_close(o, expected[0]) and assert_close(S, expected[1])
+        fn(q, k, v, torch.full_like(beta, 5.0), la)  # not read: no ValueError, no sync
+        with pytest.raises(ValueError, match="beta must be a torch.Tensor"):
+            fn(q, k, v, 0.5, la)
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        delta.chunkwise(q, k, v, beta, chunk_size=0)

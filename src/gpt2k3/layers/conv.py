@@ -1,4 +1,5 @@
-"""The causal short convolution in front of the linear-attention family's q, k, v projections."""
+"""The causal short convolution in front of the linear-attention family's q, k, v projections:
+the package's one :class:`ShortConv`, used by every layer and experiment that needs one."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each layer replaces GPT-2's softmax attention in :class:`gpt2k3.model.Block`::
 
     model = GPT(config, mixer=lambda c, i: KDA(c))
 
-and runs the sequence mixers of :mod:`gpt2k3.ops.delta` and :mod:`gpt2k3.ops.gated_delta`.
+and runs the ops' fast core :func:`gpt2k3.ops.gated_delta.chunked` (no decay for DeltaNet).
 Around the mixer they share one recipe (that of the papers and of flash-linear-attention's
 layers, Yang & Zhang, 2024):
 
@@ -19,10 +19,10 @@ layers, Yang & Zhang, 2024):
 5. **A forget gate** (not in DeltaNet), computed in log space:
 
    * Gated DeltaNet (Yang, Kautz & Hatamizadeh, 2025), Mamba2-style, one scalar per head:
-     ``log alpha_t = -exp(A_log) * softplus(x_t W_a + dt_bias)``, shape ``(B, H, T)``;
+     :func:`gdn_log_decay`, ``-exp(A_log) * softplus(x_t W_a + dt_bias)``, ``(B, H, T)``;
    * KDA (Kimi Team, 2025), one value per key channel from a *low-rank* projection
      ``W_f = W_f^down W_f^up`` (rank ``Dv``):
-     ``log alpha_t = -exp(A_log) * softplus(x_t W_f + dt_bias)``, shape ``(B, H, T, Dk)``.
+     :func:`kda_log_decay`, ``-exp(A_log) * softplus(x_t W_f + dt_bias)``, ``(B, H, T, Dk)``.
 
    ``exp(A_log) > 0`` and ``softplus >= 0``, so ``log alpha <= 0``: a decay in ``(0, 1]``.
 6. **Output**: per-head RMSNorm of the mixer's output, multiplied by an output gate --
@@ -53,14 +53,14 @@ import torch.nn.functional as F
 from gpt2k3 import checks as _v
 from gpt2k3.archs import K3_GATE_LOWER_BOUND
 from gpt2k3.cache import StateCache
-from gpt2k3.checks import check_finite_number, check_int
+from gpt2k3.checks import check_finite_number, check_int, log_decay_inputs
 from gpt2k3.config import GPTConfig
 from gpt2k3.layers.conv import ShortConv
 from gpt2k3.layers.norms import GatedRMSNorm
-from gpt2k3.ops import delta as _delta
-from gpt2k3.ops import gated_delta as _gated_delta
+from gpt2k3.ops.gated_delta import chunked
 
-__all__ = ["DeltaState", "DeltaNet", "GatedDeltaNet", "KDA", "bounded_log_decay", "BoundedKDA"]
+__all__ = ["DeltaState", "DeltaNet", "GatedDeltaNet", "KDA", "gdn_log_decay", "kda_log_decay",
+           "bounded_log_decay", "BoundedKDA"]
 
 
 class DeltaState(NamedTuple):
@@ -74,9 +74,39 @@ class DeltaState(NamedTuple):
     conv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 
-def _wide(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32 or wider: gates are computed in at least single precision."""
-    return t.to(torch.promote_types(t.dtype, torch.float32))
+def gdn_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+    """Gated DeltaNet's log decay, one per head (Mamba2's): ``-exp(A_log) * softplus(x + dt_bias)``.
+
+    ``x = x W_a`` is ``(B, T, H)``, ``A_log`` and ``dt_bias`` one number per head ``(H,)``. The
+    result, in float32 or wider, is ``<= 0``: a decay ``alpha = exp(g)`` in ``(0, 1]``, no floor.
+    """
+    x, A_log, dt_bias = log_decay_inputs(x, A_log, dt_bias, per_channel=False)
+    return -A_log.exp() * F.softplus(x + dt_bias)
+
+
+def kda_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+    """Kimi Linear's log decay, one per key channel: ``-exp(A_log) * softplus(x + dt_bias)``.
+
+    ``x = x W_f^down W_f^up`` is ``(B, T, H, Dk)`` (fla-core's layout), ``A_log`` one number per
+    head ``(H,)``, ``dt_bias`` one per channel ``(H * Dk,)``. The result, in float32 or wider,
+    is ``<= 0`` with no floor: fla-core's ``naive_kda_gate`` (``fla/ops/kda/gate.py``).
+    """
+    x, A_log, dt_bias = log_decay_inputs(x, A_log, dt_bias)
+    return -A_log.exp()[:, None] * F.softplus(x + dt_bias)
+
+
+def bounded_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                      lower_bound: float = K3_GATE_LOWER_BOUND) -> torch.Tensor:
+    """K3's per-channel log decay ``lower_bound * sigmoid(exp(A_log) * (x + dt_bias))``.
+
+    Arguments as in :func:`kda_log_decay`. The result, in float32 or wider, lies in
+    ``(lower_bound, 0)``: a channel keeps at least ``exp(lower_bound)`` of its state per step
+    (``e^-5`` ~ 0.67% for K3) and never more than all of it -- unlike :func:`kda_log_decay`,
+    which has no floor. fla-core 0.6.0's ``naive_kda_lowerbound_gate`` (``fla/ops/kda/gate.py``),
+    config field ``linear_attn_config.gate_lower_bound``.
+    """
+    x, A_log, dt_bias = log_decay_inputs(x, A_log, dt_bias, lower_bound)
+    return lower_bound * torch.sigmoid(A_log.exp()[:, None] * (x + dt_bias))
 
 
 class _DeltaLayer(nn.Module):
@@ -149,16 +179,10 @@ class _DeltaLayer(nn.Module):
     def _output_gate(self, x: torch.Tensor) -> torch.Tensor | None:
         return None
 
-    def _mix(self, q, k, v, beta, log_alpha, S):
-        if log_alpha is None:
-            return _delta.chunkwise(q, k, v, beta, initial_state=S, chunk_size=self.chunk_size)
-        return _gated_delta.chunkwise(q, k, v, beta, log_alpha, initial_state=S,
-                                      chunk_size=self.chunk_size)
-
     def new_cache(self, batch: int, max_len: int | None = None, *, dtype=None, device=None) -> StateCache:
         """An empty fixed-size state (a :class:`DeltaState` after the first tokens); it has no
         length limit, and its shapes come from the tokens it sees."""
-        return StateCache()
+        return StateCache(batch, max_len)
 
     # ---------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
@@ -174,8 +198,14 @@ class _DeltaLayer(nn.Module):
             raise ValueError(f"the cached state must be a DeltaState, got {type(prev).__name__}")
         B, T, _ = x.shape
         q, k, v, conv = self.qkv(x, prev.conv if prev is not None else None)
-        o, S = self._mix(q, k, v, self.beta(x), self.log_alpha(x),
-                         prev.S if prev is not None else None)
+        dtype = torch.promote_types(q.dtype, torch.float32)  # the ops' compute dtype
+        S = prev.S if prev is not None else q.new_zeros(
+            B, self.n_head, self.head_k_dim, self.head_v_dim, dtype=dtype)
+        # valid by construction (unit keys, beta in (0, 1), g <= 0): the ops' fast core, which
+        # checks nothing, so a decode step never waits on the device
+        o, S = chunked(q.to(dtype), k.to(dtype), v.to(dtype), self.beta(x).to(dtype),
+                       self.log_alpha(x), S, self.chunk_size)
+        o = o.to(q.dtype)
         if cache is not None:
             cache.extend(DeltaState(S, conv), T)
         g = self._output_gate(x)
@@ -220,9 +250,8 @@ class GatedDeltaNet(_DeltaLayer):
         self.g_proj = nn.Linear(self.n_embd, self.value_dim, bias=False)
 
     def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
-        """``-exp(A_log) * softplus(x W_a + dt_bias)``, shape ``(B, H, T)``, in float32 or wider."""
-        a = _wide(self.a_proj(x)) + self.dt_bias  # (B, T, H)
-        return (-self.A_log.to(a.dtype).exp() * F.softplus(a)).transpose(1, 2)
+        """:func:`gdn_log_decay` of ``x W_a``, shape ``(B, H, T)``, in float32 or wider."""
+        return gdn_log_decay(self.a_proj(x), self.A_log, self.dt_bias).transpose(1, 2)
 
     def _output_gate(self, x):
         return self.g_proj(x)
@@ -253,46 +282,13 @@ class KDA(_DeltaLayer):
         self.g_proj = nn.Sequential(nn.Linear(d, r, bias=False), nn.Linear(r, self.value_dim, bias=False))
 
     def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
-        """``-exp(A_log) * softplus(x W_f + dt_bias)`` per channel, shape ``(B, H, T, Dk)``."""
-        f = _wide(self.f_proj(x)) + self.dt_bias  # (B, T, H * Dk)
-        A = self.A_log.to(f.dtype).exp()[:, None, None]  # (H, 1, 1)
-        return -A * F.softplus(self._heads(f, self.head_k_dim))
+        """:func:`kda_log_decay` of ``x W_f``, shape ``(B, H, T, Dk)``, in float32 or wider."""
+        B, T, _ = x.shape
+        f = self.f_proj(x).view(B, T, self.n_head, self.head_k_dim)
+        return kda_log_decay(f, self.A_log, self.dt_bias).transpose(1, 2)
 
     def _output_gate(self, x):
         return self.g_proj(x)
-
-
-
-
-
-# ============================================================================ 1. bounded KDA decay
-def bounded_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
-                      lower_bound: float = K3_GATE_LOWER_BOUND) -> torch.Tensor:
-    """K3's per-channel log-decay ``g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias))``.
-
-    ``x`` is the forget-gate pre-activation ``(B, T, H, Dk)`` (fla-core's layout), ``A_log`` one
-    number per head ``(H,)``, ``dt_bias`` one per channel ``(H * Dk,)``. The result, in float32
-    or wider, lies in ``(lower_bound, 0)``: a channel keeps at least ``exp(lower_bound)`` of its
-    state per step (``e^-5`` ~ 0.67% for K3) and never more than all of it -- unlike Kimi
-    Linear's ``-exp(A_log) * softplus(x + dt_bias)``, which has no floor. This is fla-core 0.6.0's
-    ``naive_kda_lowerbound_gate`` (``fla/ops/kda/gate.py``), config field
-    ``linear_attn_config.gate_lower_bound``.
-    """
-    bound = check_finite_number(lower_bound, "lower_bound", -1)
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"x must be a (B, T, H, Dk) tensor, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    H, Dk = x.shape[-2:]
-    if not isinstance(A_log, torch.Tensor) or tuple(A_log.shape) != (H,):
-        raise ValueError(f"A_log must have shape (H,) = ({H},), got "
-                         f"{tuple(getattr(A_log, 'shape', ()))}")
-    if not isinstance(dt_bias, torch.Tensor) or tuple(dt_bias.shape) != (H * Dk,):
-        raise ValueError(f"dt_bias must have shape (H * Dk,) = ({H * Dk},), got "
-                         f"{tuple(getattr(dt_bias, 'shape', ()))}")
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    z = x.to(dtype) + dt_bias.to(dtype).view(H, Dk)
-    return bound * torch.sigmoid(A_log.to(dtype).exp()[:, None] * z)
-
 
 
 class BoundedKDA(KDA):
@@ -312,7 +308,7 @@ class BoundedKDA(KDA):
         self.g_proj = nn.Linear(self.n_embd, self.value_dim, bias=False)  # full rank
 
     def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
-        """The bounded log-decay, shape ``(B, H, T, Dk)``, in float32 or wider."""
+        """:func:`bounded_log_decay` of ``x W_f``, shape ``(B, H, T, Dk)``, in float32 or wider."""
         B, T, _ = x.shape
         f = self.f_proj(x).view(B, T, self.n_head, self.head_k_dim)
         return bounded_log_decay(f, self.A_log, self.dt_bias, self.lower_bound).transpose(1, 2)

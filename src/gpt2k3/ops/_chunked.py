@@ -1,4 +1,7 @@
-r"""The chunked core shared by DeltaNet and Gated DeltaNet / KDA (private).
+r"""The fast chunked core shared by DeltaNet and Gated DeltaNet / KDA.
+
+Its entry, :func:`chunked`, is public as :func:`gpt2k3.ops.gated_delta.chunked`; the rest of
+this module are its pieces.
 
 DeltaNet is the gated delta rule with no decay (``log_alpha = 0``), so one chunked algorithm
 serves :func:`gpt2k3.ops.delta.chunkwise` (called with ``log_alpha=None``) and
@@ -8,12 +11,14 @@ decays are threaded through it); the reference forms, ``recurrent`` in those mod
 separate token loops that share nothing with this file, so the tests that hold the two forms
 equal check this code against an independent definition.
 
-Everything here takes inputs that the public functions have already validated and cast to
-the compute dtype. The per-token log decay is called ``log_alpha`` throughout this module
+Everything here takes inputs that the front doors (``chunkwise`` in those modules, or a layer
+that builds valid inputs itself) have already validated and cast to the compute dtype. The per-token log decay is called ``log_alpha`` throughout this module
 (the public functions call it ``g``); inside a chunk ``g`` is its chunk-local cumulative sum.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -243,28 +248,44 @@ def _group_chunks(x: torch.Tensor, start: int, stop: int, size: int) -> torch.Te
 
 
 def chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
-    r"""The (gated) delta rule a chunk at a time via the WY representation / UT transform.
+    r"""The fast (gated) delta rule, a chunk at a time via the WY representation / UT transform.
 
-    ``log_alpha`` is None (DeltaNet) or ``(B, H, T, G)`` with ``G = 1`` (one decay per head) or
-    ``G = Dk`` (one per key channel); ``S`` is the ``(B, H, Dk, Dv)`` state entering the first
-    chunk. See ``_intra_chunk`` for the algebra. The work is split the way fast kernels split it: everything that does not depend on
-    the incoming state (the ``C x C`` score matrices, the UT transform, the WY factors) is one
-    batch of matrix products over a whole group of chunks; then ``_pass_state`` carries the state
-    across the group's chunks (``T / C`` sequential steps instead of ``T``); then every output of
-    the group comes from ``O = Q_dec S_start + P u`` in one batch. ``T`` need not be a multiple
-    of ``chunk_size``: the last chunk is shorter.
+    Public as :func:`gpt2k3.ops.gated_delta.chunked`: the core of :func:`gpt2k3.ops.delta.chunkwise`
+    and :func:`gpt2k3.ops.gated_delta.chunkwise`, on inputs they have validated and cast to one
+    compute dtype (float32 or wider). It checks nothing and reads nothing back to the host, so
+    the layers call it in a decode step and ``benchmarks/gpu.py`` captures it in a CUDA graph.
+
+    Args:
+        q, k: ``(B, H, T, Dk)``; v: ``(B, H, T, Dv)``; beta: ``(B, H, T)``.
+        log_alpha: the log decay ``g <= 0``: None (DeltaNet), ``(B, H, T)`` or ``(B, H, T, 1)``
+            (one per head, Gated DeltaNet) or ``(B, H, T, Dk)`` (one per key channel, KDA).
+        S: the ``(B, H, Dk, Dv)`` state entering the first chunk.
+        chunk_size: tokens per chunk; ``T`` need not be a multiple of it (the last chunk is
+            shorter), and ``B = 0``, ``H = 0`` or ``T = 0`` give empty outputs.
+
+    Returns:
+        ``(o, S)``: ``o`` ``(B, H, T, Dv)`` and the final state, in the inputs' dtype.
+
+    The work is split the way fast kernels split it (see ``_intra_chunk`` for the algebra):
+    everything that does not depend on the incoming state (the ``C x C`` score matrices, the UT
+    transform, the WY factors) is one batch of matrix products over a whole group of chunks;
+    then ``_pass_state`` carries the state across the group's chunks (``T / C`` sequential steps
+    instead of ``T``); then every output of the group comes from ``O = Q_dec S_start + P u`` in
+    one batch.
     """
     B, H, T, Dk = q.shape
     Dv = v.shape[-1]
-    BH, C = B * H, chunk_size
+    BH, C = B * H, operator.index(chunk_size)
     o = q.new_empty(B, H, T, Dv)
     S = S.reshape(BH, Dk, Dv)
+    if log_alpha is not None and log_alpha.ndim == 3:  # one decay per head: broadcast over Dk
+        log_alpha = log_alpha.unsqueeze(-1)
     G = 1 if log_alpha is None else log_alpha.shape[-1]
     if G == 1:  # the C x C matrices of a chunk (scores, UT transform, pairwise decay), its vectors
         per_chunk = BH * (C * C * (G + 2) + Dk * Dv + 4 * C * (Dk + Dv))
     else:  # per-channel decays: no C x C x Dk tensor, but a dozen (C, D)-sized factors
         per_chunk = BH * (6 * C * C + Dk * Dv + 12 * C * (Dk + Dv))
-    group = max(1, BLOCK_ELEMENTS // per_chunk) * C  # tokens per group, a multiple of C
+    group = max(1, BLOCK_ELEMENTS // max(per_chunk, 1)) * C  # tokens per group, a multiple of C
 
     full = T - T % C
     spans = [(s, min(s + group, full), C) for s in range(0, full, group)]

@@ -35,10 +35,14 @@ With ``T_c = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta)`` (the "UT transfo
     O = Q S + \operatorname{tril}(Q K^\top)\, U_{\text{new}}, \qquad
     S \leftarrow S + K^\top U_{\text{new}} .
 
-The unit lower-triangular matrix is inverted blockwise (a triangular solve only on small
-diagonal blocks, batched matrix products for the rest), and the work that does not depend on the
-state -- all of the above except ``U_new`` and the state update -- is batched over many chunks at
-once; only ``T / C`` small steps remain sequential.
+Three forms compute this. :func:`recurrent` is the definition, token by token.
+:func:`chunkwise_reference` is the derivation above in plain steps, one chunk after another (a
+triangular solve per chunk). :func:`chunkwise` is the fast form: one checked call into
+:func:`gpt2k3.ops.gated_delta.chunked`, the chunked core shared with Gated DeltaNet and KDA
+(DeltaNet is the gated delta rule with no decay), which inverts the unit lower-triangular matrix
+blockwise and batches all the work that does not depend on the state -- everything except
+``U_new`` and the state update -- over many chunks at once, leaving only ``T / C`` small steps
+sequential. The tests hold all three equal, and equal to flash-linear-attention's references.
 
 **Why ``beta |k|^2`` is in [0, 2].** One step multiplies the state by ``I - beta_t k_t^T k_t``,
 which has eigenvalue ``1 - beta_t |k_t|^2`` along ``k_t`` and 1 elsewhere. For a unit key,
@@ -49,27 +53,19 @@ state within a few hundred tokens). Every function here raises ``ValueError`` un
 ``beta_t |k_t|^2`` is in ``[0, 2]`` for every token (with a relative slack for rounding): the
 layers L2-normalise the keys and take ``beta`` from a sigmoid, so ``beta in [0, 1]``.
 
-The two forms share nothing but argument validation: :func:`recurrent` is a plain token loop
-written here, and :func:`chunkwise` runs the chunked core in the private module
-``gpt2k3.ops._chunked``, which also serves :mod:`gpt2k3.ops.gated_delta` (DeltaNet is the
-gated delta rule with no decay). For the chapter that derives the chunkwise form, its pieces
--- :func:`~gpt2k3.ops.wy.householder_product`, :func:`~gpt2k3.ops.wy.wy_representation`,
-:func:`~gpt2k3.ops.wy.ut_transform` and the cost model
-:func:`~gpt2k3.ops.wy.chunkwise_cost` -- live in :mod:`gpt2k3.ops.wy` and are re-exported
-here, so ``gpt2k3.ops.delta.ut_transform`` works too.
-
-:func:`seed_one_shot` is the seed article's snippet applied to a whole sequence at once; it is
-the delta rule only for ``T = 1``.
+For the chapter that derives the chunkwise form, its pieces --
+:func:`~gpt2k3.ops.wy.householder_product`, :func:`~gpt2k3.ops.wy.wy_representation`,
+:func:`~gpt2k3.ops.wy.ut_transform` and the cost model :func:`~gpt2k3.ops.wy.chunkwise_cost` --
+live in :mod:`gpt2k3.ops.wy` and are re-exported here, so ``gpt2k3.ops.delta.ut_transform``
+works too. The seed article's one-shot write, :func:`gpt2k3.seed.seed_one_shot`, is the delta
+rule only for ``T = 1``.
 """
 
 from __future__ import annotations
 
-from gpt2k3.checks import (
-    check_chunk_size,
-    check_delta_rule,
-    compute_dtype,
-    output_dtype,
-)
+import torch
+
+from gpt2k3.checks import delta_rule_inputs
 from gpt2k3.ops._chunked import chunked
 from gpt2k3.ops.wy import (
     ChunkCost,
@@ -79,54 +75,50 @@ from gpt2k3.ops.wy import (
     wy_representation,
 )
 
-__all__ = ["recurrent", "chunkwise", "householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"]
+__all__ = ["recurrent", "chunkwise_reference", "chunkwise", "householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"]
 
 
 def recurrent(q, k, v, beta, *, initial_state=None):
-    """DeltaNet token by token: the definition (see the module docstring).
-
-    For each ``t``: ``u = beta_t (v_t - k_t S)``, ``S <- S + k_t^T u``, ``o_t = q_t S``.
-
-    Args:
-        q, k: ``(B, H, T, Dk)``, already normalised (the layer L2-normalises them); no scale.
-        v: ``(B, H, T, Dv)``.
-        beta: ``(B, H, T)`` write strengths with ``beta * |k|^2`` in ``[0, 2]`` (for unit keys,
-            ``beta`` in ``[0, 2]``, usually ``[0, 1]`` from a sigmoid); ``ValueError`` otherwise.
-        initial_state: optional ``(B, H, Dk, Dv)`` state from a previous call.
-
-    Returns:
-        ``(o, S)``: outputs ``(B, H, T, Dv)`` in the promoted input dtype, and the state after
-        the last token (in the compute dtype, at least float32).
-    """
-    B, H, T, Dk, Dv = check_delta_rule(q, k, v, beta, initial_state)
-    cdt, odt = compute_dtype(q, k, v, beta, initial_state), output_dtype(q, k, v)
-    q, k, v, beta = q.to(cdt), k.to(cdt), v.to(cdt), beta.to(cdt)
-    S = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state.to(cdt)
-    o = q.new_empty(B, H, T, Dv)
-    for t in range(T):
-        k_t = k[:, :, t]  # (B, H, Dk)
+    """DeltaNet token by token, the definition: ``u = beta_t (v_t - k_t S)``, ``S <- S + k_t^T u``,
+    ``o_t = q_t S``. ``q, k (B, H, T, Dk)`` normalised (no scale), ``v (B, H, T, Dv)``, ``beta
+    (B, H, T)`` with ``beta |k|^2`` in ``[0, 2]``, ``initial_state (B, H, Dk, Dv)`` or None.
+    Returns ``(o, S)``: ``o`` in the inputs' dtype, the final state ``S`` in at least float32."""
+    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state)
+    o = torch.empty_like(v)
+    for t in range(q.shape[2]):
+        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the state returns for k_t now
-        u = beta[:, :, t, None] * (v[:, :, t] - v_old)  # the correction to write
+        u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
-        o[:, :, t] = (q[:, :, t].unsqueeze(-2) @ S).squeeze(-2)
-    return o.to(odt), S
+        o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
+    return o.to(dtype), S
+
+
+def chunkwise_reference(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
+    """DeltaNet a chunk at a time, the chapter's derivation step by step: one chunk after another,
+    its UT transform by one triangular solve. A teaching duplicate of the fast core
+    :func:`chunkwise`, which batches the state-independent steps over many chunks and inverts
+    blockwise. Arguments and result as in :func:`recurrent`; ``T`` need not divide evenly."""
+    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state, chunk_size)
+    o = torch.empty_like(v)
+    for s in range(0, q.shape[2], chunk_size):
+        c = slice(s, s + chunk_size)  # the last chunk may be shorter
+        Q, K, V, b = q[:, :, c], k[:, :, c], v[:, :, c], beta[:, :, c, None]
+        I = torch.eye(K.shape[2], dtype=K.dtype, device=K.device)
+        # UT transform: unrolling the rule in a chunk gives (I + tril(diag(b) K K^T, -1)) u = ...
+        L = I + (b * (K @ K.transpose(-1, -2))).tril(-1)
+        T_ut = torch.linalg.solve_triangular(L, I.expand_as(L), upper=False) * b.transpose(-1, -2)
+        W, U = T_ut @ K, T_ut @ V  # WY factors: they do not depend on S
+        u = U - W @ S  # the corrections, once the state entering the chunk is known
+        o[:, :, c] = Q @ S + (Q @ K.transpose(-1, -2)).tril() @ u
+        S = S + K.transpose(-1, -2) @ u
+    return o.to(dtype), S
 
 
 def chunkwise(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
-    """DeltaNet a chunk at a time (WY representation / UT transform); equals :func:`recurrent`.
-
-    Args:
-        q, k, v, beta, initial_state: as in :func:`recurrent`.
-        chunk_size: tokens per chunk, a positive int; ``T`` need not be a multiple of it.
-
-    Returns:
-        ``(o, S)`` as in :func:`recurrent`.
-    """
-    chunk_size = check_chunk_size(chunk_size)
-    B, H, T, Dk, Dv = check_delta_rule(q, k, v, beta, initial_state)
-    cdt, odt = compute_dtype(q, k, v, beta, initial_state), output_dtype(q, k, v)
-    S0 = q.new_zeros(B, H, Dk, Dv, dtype=cdt) if initial_state is None else initial_state.to(cdt)
-    o, S = chunked(q.to(cdt), k.to(cdt), v.to(cdt), beta.to(cdt), None, S0, chunk_size)
-    return o.to(odt), S
-
-
+    """DeltaNet a chunk of ``chunk_size`` tokens at a time (WY representation / UT transform),
+    through the fast core :func:`gpt2k3.ops.gated_delta.chunked` with no decay; equals
+    :func:`recurrent` for any ``T``. Arguments and result as in :func:`recurrent`."""
+    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state, chunk_size)
+    o, S = chunked(q, k, v, beta, None, S, chunk_size)
+    return o.to(dtype), S

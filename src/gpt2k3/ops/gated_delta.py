@@ -25,8 +25,9 @@ that is equal across channels is exactly Gated DeltaNet.
 
 :func:`recurrent` is the definition token by token, a plain loop written here that shares nothing
 with the fast form but argument validation. :func:`chunkwise` is the WY / UT-transform algorithm
-of :mod:`gpt2k3.ops.delta` with the decays threaded through it (the core in the private module
-``gpt2k3.ops._chunked``, shared with DeltaNet). Inside a chunk, token ``j``'s write has decayed by
+of :mod:`gpt2k3.ops.delta` with the decays threaded through it: one checked call into the fast
+core :func:`chunked` (defined in ``gpt2k3.ops._chunked``, shared with DeltaNet, public here),
+which takes validated inputs and reads nothing back to the host. Inside a chunk, token ``j``'s write has decayed by
 ``exp(g_i - g_j)`` by token ``i``, with ``g`` the chunk-local cumulative log decay:
 
 * **one decay per head** (Gated DeltaNet): the factor is a scalar per pair and leaves the dot
@@ -56,77 +57,36 @@ two hundred tokens, gate or no gate).
 
 from __future__ import annotations
 
-from gpt2k3.checks import (
-    check_chunk_size,
-    check_gated_delta_rule,
-    compute_dtype,
-    output_dtype,
-)
+import torch
+
+from gpt2k3.checks import delta_rule_inputs
 from gpt2k3.ops._chunked import chunked
 
-__all__ = ["recurrent", "chunkwise"]
+__all__ = ["recurrent", "chunkwise", "chunked"]
 
 
 def recurrent(q, k, v, beta, g, *, initial_state=None):
-    """Gated DeltaNet / KDA token by token: the definition (see the module docstring).
-
-    For each ``t``: ``S <- Diag(exp(g_t)) S`` (row ``i`` of ``S`` scaled by ``exp(g_t[i])``, or all
-    rows by ``exp(g_t)``), ``u = beta_t (v_t - k_t S)``, ``S <- S + k_t^T u``, ``o_t = q_t S``.
-
-    Args:
-        q, k: ``(B, H, T, Dk)``, already normalised; no hidden scale. v: ``(B, H, T, Dv)``.
-        beta: ``(B, H, T)`` write strengths with ``beta * |k|^2`` in ``[0, 2]``.
-        g: log decay ``log(alpha) <= 0`` (``-inf`` allowed, NaN not); ``(B, H, T)`` for Gated
-            DeltaNet or ``(B, H, T, Dk)`` for Kimi Delta Attention.
-        initial_state: optional ``(B, H, Dk, Dv)`` state from a previous call.
-
-    Returns:
-        ``(o, S)``: outputs ``(B, H, T, Dv)`` in the promoted input dtype and the final state
-        (compute dtype, at least float32).
-    """
-    B, H, T, Dk, Dv = check_gated_delta_rule(q, k, v, beta, g, initial_state)
-    cdt, odt = compute_dtype(q, k, v, beta, g, initial_state), output_dtype(q, k, v)
-    q, k, v, beta, g = q.to(cdt), k.to(cdt), v.to(cdt), beta.to(cdt), g.to(cdt)
-    alpha = g.exp()  # exp(-inf) = 0: a full reset
-    if alpha.ndim == 3:  # one decay per head: the same factor for every row of S
-        alpha = alpha.unsqueeze(-1)
-    S = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state.to(cdt)
-    o, S = _loop(q, k, v, beta, alpha, S)
-    return o.to(odt), S
-
-
-def _loop(q, k, v, beta, alpha, S):
-    """The token loop of :func:`recurrent` on validated inputs in the compute dtype; ``alpha`` is
-    ``(B, H, T, 1)`` or ``(B, H, T, Dk)``. (``benchmarks/gpu.py`` captures it in a CUDA graph,
-    which the host-side validation cannot be part of.)"""
-    B, H, T, _ = q.shape
-    o = q.new_empty(B, H, T, v.shape[-1])
-    for t in range(T):
-        S = S * alpha[:, :, t].unsqueeze(-1)  # decay: row i of S times alpha_t[i]
-        k_t = k[:, :, t]  # (B, H, Dk)
-        v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the decayed state returns for k_t
-        u = beta[:, :, t, None] * (v[:, :, t] - v_old)  # the correction to write
+    """Gated DeltaNet / KDA token by token, the definition: decay ``S`` by ``exp(g_t)``, then the
+    delta rule of :func:`gpt2k3.ops.delta.recurrent`. ``g``: the log decay ``<= 0`` (``-inf`` a
+    full reset), ``(B, H, T)`` for Gated DeltaNet or ``(B, H, T, Dk)`` for KDA; the rest, and
+    the result ``(o, S)``, as in :func:`gpt2k3.ops.delta.recurrent`."""
+    q, k, v, beta, g, S, dtype = delta_rule_inputs(q, k, v, beta, g, initial_state, gated=True)
+    alpha = g.exp() if g.ndim == 4 else g.exp().unsqueeze(-1)  # (B, H, T, Dk or 1); exp(-inf) = 0
+    o = torch.empty_like(v)
+    for t in range(q.shape[2]):
+        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
+        S = S * alpha[:, :, t].unsqueeze(-1)  # decay first: row i of S times alpha_t[i]
+        v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the state returns for k_t now
+        u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
-        o[:, :, t] = (q[:, :, t].unsqueeze(-2) @ S).squeeze(-2)
-    return o, S
+        o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
+    return o.to(dtype), S
 
 
 def chunkwise(q, k, v, beta, g, *, initial_state=None, chunk_size: int = 64):
-    """Gated DeltaNet / KDA a chunk at a time; equals :func:`recurrent` for any ``T``.
-
-    Args:
-        q, k, v, beta, g, initial_state: as in :func:`recurrent`.
-        chunk_size: tokens per chunk, a positive int; ``T`` need not be a multiple of it.
-
-    Returns:
-        ``(o, S)`` as in :func:`recurrent`.
-    """
-    chunk_size = check_chunk_size(chunk_size)
-    B, H, T, Dk, Dv = check_gated_delta_rule(q, k, v, beta, g, initial_state)
-    cdt, odt = compute_dtype(q, k, v, beta, g, initial_state), output_dtype(q, k, v)
-    S0 = q.new_zeros(B, H, Dk, Dv, dtype=cdt) if initial_state is None else initial_state.to(cdt)
-    log_alpha = g.to(cdt)
-    if log_alpha.ndim == 3:  # Gated DeltaNet: one decay per head -> (B, H, T, 1), broadcasts over Dk
-        log_alpha = log_alpha.unsqueeze(-1)
-    o, S = chunked(q.to(cdt), k.to(cdt), v.to(cdt), beta.to(cdt), log_alpha, S0, chunk_size)
-    return o.to(odt), S
+    """Gated DeltaNet / KDA a chunk of ``chunk_size`` tokens at a time through the fast core
+    :func:`chunked`; equals :func:`recurrent` for any ``T``. Arguments and result as there."""
+    q, k, v, beta, g, S, dtype = delta_rule_inputs(q, k, v, beta, g, initial_state, chunk_size,
+                                                   gated=True)
+    o, S = chunked(q, k, v, beta, g, S, chunk_size)
+    return o.to(dtype), S

@@ -36,10 +36,10 @@ from gpt2k3.ops._chunked import unit_lower_inverse
 __all__ = ["householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"]
 
 
-def _prepare_chunk(k, beta, v=None):
+def _prepare_chunk(k, beta, v=None, need_v=False):
     """Validate one chunk (or a batch of chunks): ``k (..., C, Dk)``, ``beta (..., C)``,
-    ``v (..., C, Dv)``, floating and finite, ``beta * |k|^2`` in ``[0, 2]``; cast to the compute
-    dtype (at least float32)."""
+    ``v (..., C, Dv)`` (if given, or if ``need_v``), floating and finite, ``beta * |k|^2`` in
+    ``[0, 2]``; cast to the compute dtype (at least float32)."""
     check_float_tensor(k, "k")
     if k.ndim < 2:
         raise ValueError(f"k must have shape (..., C, Dk), at least 2 dimensions; got {tuple(k.shape)}")
@@ -48,7 +48,7 @@ def _prepare_chunk(k, beta, v=None):
         raise ValueError(
             f"beta must have shape (..., C) = {tuple(k.shape[:-1])} to match k; got {tuple(beta.shape)}"
         )
-    if v is not None:
+    if v is not None or need_v:
         check_float_tensor(v, "v")
         if v.ndim != k.ndim or v.shape[:-1] != k.shape[:-1]:
             raise ValueError(
@@ -100,8 +100,7 @@ def wy_representation(k, v, beta):
     entered with state ``S`` leaves it as ``S + K^T (U - W S)``. Token by token, for checking;
     :func:`ut_transform` gives the same factors from one matrix product.
     """
-    check_float_tensor(v, "v")
-    k, beta, v = _prepare_chunk(k, beta, v)
+    k, beta, v = _prepare_chunk(k, beta, v, need_v=True)
     W, U = torch.zeros_like(k), torch.zeros_like(v)
     for t in range(k.shape[-2]):
         dots = k[..., :t, :] @ k[..., t, :, None]  # (..., t, 1): k_t . k_j for j < t
