@@ -712,13 +712,7 @@ def test_expected_busiest_experts_matches_sampling_and_bounds():
     assert expected_busiest_experts(896, 16, 4096, 56) == pytest.approx(16.0, rel=1e-9)
     # Kimi K3 at batch 1 on 56 devices: about 2 experts, seven times the mean load
     assert expected_busiest_experts(896, 16, 1, 56) == pytest.approx(2.02, abs=0.01)
-    for bad in (dict(n_experts=0), dict(top_k=0), dict(top_k=900), dict(batch=0),
-                dict(n_devices=0), dict(n_devices=1.5)):
-        args = {**dict(n_experts=896, top_k=16, batch=1, n_devices=56), **bad}
-        with pytest.raises(ValueError, match=next(iter(bad))):
-            expected_busiest_experts(**args)
-    with pytest.raises(ValueError, match="trials"):
-        expected_busiest_experts_sampled(8, 2, 1, 4, trials=0)
+    # the arguments are checked once, at the public, spec-based entries below
     # the public, spec-based forms
     from gpt2k3.accounting import serving
     from gpt2k3.archs import KIMI_K3
@@ -726,12 +720,42 @@ def test_expected_busiest_experts_matches_sampling_and_bounds():
     assert serving.expected_busiest_experts_sampled(KIMI_K3, 1, 56, trials=200) == pytest.approx(
         serving.expected_busiest_experts(KIMI_K3, 1, 56), abs=0.2)
     assert serving.expected_busiest_experts(GPT2_SMALL, 8, 4) == 0.0
-    for bad in (dict(batch=0), dict(n_devices=0), dict(spec=None)):
+    for bad in (dict(batch=0), dict(batch=1.5), dict(n_devices=0), dict(n_devices=1.5),
+                dict(spec=None)):
         args = {**dict(spec=KIMI_K3, batch=1, n_devices=56), **bad}
         with pytest.raises(ValueError, match=next(iter(bad))):
             serving.expected_busiest_experts(**args)
     with pytest.raises(ValueError, match="seed"):
         serving.expected_busiest_experts_sampled(KIMI_K3, seed=1.5)
+    with pytest.raises(ValueError, match="trials"):
+        serving.expected_busiest_experts_sampled(KIMI_K3, trials=0)
+
+
+def test_expected_busiest_experts_work_is_bounded_whatever_the_batch(monkeypatch):
+    """The distinct-expert law is built token by token only until it has saturated: the number
+    of one-token steps depends on the experts and top-k, never on the batch, so a batch of
+    2**62 costs what a batch of a few thousand does, and gives the same (saturated) answer."""
+    from gpt2k3.accounting import serving
+    from gpt2k3.archs import KIMI_K3
+    e, k = KIMI_K3.n_routed_experts, KIMI_K3.top_k
+    cap = serving._saturation_batch(e, k)
+    assert cap < 4000 and e * (1 - k / e) ** cap < 2.0 ** -60      # saturated at the cap
+    steps = []
+    one_token = serving._one_token
+    monkeypatch.setattr(serving, "_one_token", lambda *a: steps.append(1) or one_token(*a))
+    huge = serving.expected_busiest_experts(KIMI_K3, 2 ** 62, 56)
+    assert 0 < len(steps) <= cap
+    assert huge == pytest.approx(16.0, rel=1e-12)                     # every expert picked
+    steps.clear()
+    assert serving.expected_busiest_experts(KIMI_K3, 1, 56) > 1 and len(steps) == 1
+    # below the cap nothing changed: token by token, as before
+    p_small = serving._distinct_experts_distribution(8, 2, 3)
+    assert sum(p_small) == pytest.approx(1.0, abs=1e-12)
+    assert serving._saturation_batch(5, 5) == 1
+    for e2, k2 in ((8, 2), (64, 6), (896, 16)):
+        c2 = serving._saturation_batch(e2, k2)
+        assert serving._distinct_experts_distribution(e2, k2, 10 ** 18) == \
+            serving._distinct_experts_distribution(e2, k2, c2)
 
 
 def test_plan_roofline_reads_the_busiest_devices_experts():

@@ -5,6 +5,7 @@ cache token-identically, and is counted to the parameter by ``count_params``."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 
 import pytest
@@ -18,9 +19,9 @@ from gpt2k3.config import GPTConfig
 from gpt2k3.cache import ModelCache
 from gpt2k3.archs import KIMI_K3_CONFIG
 from gpt2k3.layers.residual import K3_RMS_NORM_EPS, AttnResidual, DepthMix
-from gpt2k3.models.k3 import SITU_BETA, SITU_LINEAR_BETA, k3_model, k3_schedule, tiny_k3
+from gpt2k3.models.k3 import SITU_BETA, SITU_LINEAR_BETA, k3_model, tiny_k3
+from gpt2k3.accounting import hybrid_layers
 from gpt2k3.layers.deltanet import BoundedKDA, bounded_log_decay
-from gpt2k3.layers.mla import GatedNoPEMLA, GatedRoPEMLA
 from gpt2k3.layers.moe import LatentMoE, LatentMoEConfig
 from gpt2k3.ops.depth import depth_mix, depth_mix_reference
 from gpt2k3.layers.mlp import situ, situ_reference
@@ -109,11 +110,13 @@ def test_bounded_kda_layer_gate_range_full_rank_gate_and_cache():
 
 
 # ============================================================================ 2. gated NoPE MLA
-def _mla(**kw) -> GatedNoPEMLA:
+def _mla(**kw) -> MLA:
+    """K3's MLA: no rotation, an output gate (``MLAConfig(rope=False, output_gate=True)``)."""
     torch.manual_seed(3)
     cfg = MLAConfig(d_model=32, n_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
-                    qk_rope_head_dim=4, v_head_dim=8, max_len=32, **kw)
-    m = GatedNoPEMLA(cfg).double()
+                    qk_rope_head_dim=4, v_head_dim=8, max_len=32, rope=False, output_gate=True,
+                    **kw)
+    m = MLA(cfg).double()
     for p in m.parameters():                      # weights of a visible size
         torch.nn.init.normal_(p, std=0.3, generator=_gen(4)) if p.dim() > 1 else None
     return m
@@ -146,12 +149,12 @@ def test_nope_mla_sees_no_positions_and_the_gate_is_a_sigmoid():
     # no position anywhere: the last token's output depends on the *set* of earlier tokens
     perm = torch.tensor([4, 0, 5, 2, 1, 3, 6])
     torch.testing.assert_close(m(x)[:, -1], m(x[:, perm])[:, -1], rtol=1e-12, atol=1e-12)
-    # with RoPE (the parent class) it does not hold
-    rope = MLA(m.cfg).double()
+    # with RoPE and no gate (DeepSeek's layer) it does not hold
+    rope = MLA(dataclasses.replace(m.cfg, rope=True, output_gate=False)).double()
     rope.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("g_proj")})
     assert (rope(x)[:, -1] - rope(x[:, perm])[:, -1]).abs().max() > 1e-6
     # nor with the gate kept and only the rotation put back: NoPE is what makes it hold
-    gated_rope = GatedRoPEMLA(m.cfg).double()
+    gated_rope = MLA(dataclasses.replace(m.cfg, rope=True)).double()
     gated_rope.load_state_dict(m.state_dict())
     assert (gated_rope(x)[:, -1] - gated_rope(x[:, perm])[:, -1]).abs().max() > 1e-6
     # at a single token there is nothing to rotate against: the two layers agree
@@ -159,16 +162,18 @@ def test_nope_mla_sees_no_positions_and_the_gate_is_a_sigmoid():
     # gate: g_proj = 0 gives sigmoid(0) = 1/2 of the ungated attention output
     with torch.no_grad():
         m.g_proj.weight.zero_()
-    c_kv, k_rope = m._latents(x, m._positions(0, 7))
-    ungated = MLA._attend_expanded(m, x, c_kv, k_rope, 0)       # MLA's merge, no gate
-    torch.testing.assert_close(m(x), 0.5 * ungated, rtol=1e-12, atol=1e-12)
+    ungated = MLA(dataclasses.replace(m.cfg, output_gate=False)).double()
+    ungated.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("g_proj")})
+    torch.testing.assert_close(m(x), 0.5 * ungated(x), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="cfg"):
-        GatedNoPEMLA("not a config")
+        MLA("not a config")
+    with pytest.raises(ValueError, match="output_gate"):
+        MLAConfig(**{**dataclasses.asdict(m.cfg), "output_gate": 1})
 
 
 def test_gated_rope_control_decodes_and_shares_the_parameters():
     m = _mla()
-    ctl = GatedRoPEMLA(m.cfg).double()
+    ctl = MLA(dataclasses.replace(m.cfg, rope=True)).double()
     ctl.load_state_dict(m.state_dict())
     assert [k for k, _ in ctl.named_parameters()] == [k for k, _ in m.named_parameters()]
     x = torch.randn(2, 10, 32, generator=_gen(15), dtype=torch.float64)
@@ -351,14 +356,19 @@ def test_depth_mix_equals_its_reference_and_behaves_as_a_softmax_over_depth():
 
 # ============================================================================ 6. the tiny K3
 def test_k3_schedule_is_the_published_rule():
-    assert k3_schedule(93) == KIMI_K3.layer_mixers
-    sched = k3_schedule(93)
+    """K3's rule (MLA every 4th layer and the last) is the book's one schedule at ratio 3."""
+    assert hybrid_layers(93, 3) == KIMI_K3.kda_layers
+    sched = KIMI_K3.layer_mixers
     assert [i + 1 for i, k in enumerate(sched) if k == "mla"] == list(range(4, 93, 4)) + [93]
     assert (sched.count("mla"), sched.count("kda")) == (24, 69)
-    assert k3_schedule(5) == ("kda", "kda", "kda", "mla", "mla")
-    assert k3_schedule(8) == ("kda",) * 3 + ("mla",) + ("kda",) * 3 + ("mla",)
-    with pytest.raises(ValueError, match="n_layer"):
-        k3_schedule(0)
+    for n_layer, every, want in ((5, 4, ("kda", "kda", "kda", "mla", "mla")),
+                                 (8, 4, ("kda",) * 3 + ("mla",) + ("kda",) * 3 + ("mla",)),
+                                 (5, 2, ("kda", "mla", "kda", "mla", "mla"))):
+        cfg = GPTConfig(block_size=16, vocab_size=16, n_layer=n_layer, n_head=2, n_embd=16)
+        assert tiny_k3(cfg, full_attn_every=every).schedule == want
+    with pytest.raises(ValueError, match="full_attn_every"):
+        tiny_k3(GPTConfig(block_size=16, vocab_size=16, n_layer=2, n_head=2, n_embd=16),
+                full_attn_every=0)
 
 
 @pytest.mark.parametrize("kw", [
@@ -392,7 +402,7 @@ def test_the_tiny_k3_default_size_and_parts():
     assert sum(p.numel() for p in model.parameters()) == 89_558
     assert model.schedule == ("kda", "kda", "kda", "mla", "mla")
     h = model.transformer.h
-    assert [type(b.attn).__name__ for b in h] == ["BoundedKDA"] * 3 + ["GatedNoPEMLA"] * 2
+    assert [type(b.attn).__name__ for b in h] == ["BoundedKDA"] * 3 + ["MLA"] * 2
     assert [type(b.mlp).__name__ for b in h] == ["SituGLU"] + ["LatentMoE"] * 4
     logits = model(torch.randint(0, 97, (2, 11), generator=_gen(12)))
     assert logits.shape == (2, 11, 97) and bool(torch.isfinite(logits).all())

@@ -24,7 +24,7 @@ import pytest
 
 from gpt2k3.accounting import (DETAIL_COMPONENTS, PART_COMPONENTS, PART_OF_DETAIL, ArchSpec,
     VisionTower, count_params, decode_bytes_per_token, flops_per_token, hybrid_layers,
-    kda_layers_from_full_attn, kda_log_decay, kda_log_decay_range, kv_cache_bytes,
+    kda_log_decay, kda_log_decay_range, kv_cache_bytes,
     kv_numbers_per_layer, kv_numbers_per_token, mla_decode_costs, state_bytes,
     state_numbers_per_layer, stored_elements, weights_read_per_step)
 from gpt2k3.archs import (DEEPSEEK_V3, GPT2_FAMILY, GPT2_SMALL, KIMI_K2, KIMI_K3,
@@ -83,7 +83,10 @@ def test_the_spec_is_the_published_config():
     mla = [i + 1 for i, m in enumerate(k.layer_mixers) if m == "mla"]
     assert mla == MLA_1BASED and (k.n_attention_layers, k.n_kda_layers) == (N_MLA, N_KDA)
     assert k.layer_mixers[-2:] == ("mla", "mla") and k.layer_mixers[0] == "kda"
-    assert k.kda_layers == hybrid_layers(L, 3)          # the Kimi Linear rule gives it too
+    assert k.kda_layers == hybrid_layers(L, 3)          # the Kimi Linear rule gives it
+    # and the config's own list of full-attention layers (1-based) is exactly the rule's
+    full = KIMI_K3_CONFIG["linear_attn_config.full_attn_layers"][0]
+    assert tuple(i for i in range(L) if i + 1 not in set(full)) == k.kda_layers
     assert (k.n_dense_layers, k.n_moe_layers) == (N_DENSE, N_MOE)
     assert list(KIMI_K3_CONFIG["linear_attn_config.full_attn_layers"][0]) == MLA_1BASED
     assert all(len(v) == 2 and v[1] for v in KIMI_K3_CONFIG.values())  # each value has a source
@@ -245,14 +248,6 @@ def test_decode_bytes_and_flops_per_token():
 
 # ----------------------------------------------------------------------------- impossible specs
 def test_impossible_k3_style_specs_raise():
-    with pytest.raises(ValueError, match="full_attn_layers"):
-        kda_layers_from_full_attn(L, [*MLA_1BASED, 94])          # no layer 94
-    with pytest.raises(ValueError, match="full_attn_layers"):
-        kda_layers_from_full_attn(L, [0, 4])                     # 1-based: no layer 0
-    with pytest.raises(ValueError, match="full_attn_layers"):
-        kda_layers_from_full_attn(L, [4, 4])
-    with pytest.raises(ValueError, match="full_attn_layers"):
-        kda_layers_from_full_attn(L, "4,8")
     with pytest.raises(ValueError, match="kda_layers"):
         KIMI_K3.with_(kda_layers=(*KIMI_K3.kda_layers, L))       # 0-based index 93
     with pytest.raises(ValueError, match="moe_latent_dim"):

@@ -164,3 +164,45 @@ def test_accounting_imports_no_torch():
     code = ("import sys, gpt2k3.accounting, gpt2k3.archs, gpt2k3.book.display; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ------------------------------------------------------------------ one of each (chapters 7-9)
+def _source(module) -> str:
+    import inspect
+    return inspect.getsource(module)
+
+
+def test_one_mla_class_and_one_expert_dispatch():
+    """One MLA (RoPE and the output gate are config fields), one sort-by-expert dispatch that
+    both MoE forms call, one validation module the accounting uses, one layer schedule."""
+    from gpt2k3.layers import mla, moe
+    from gpt2k3.models import hybrid, k3
+    classes = [n for n, v in vars(mla).items() if isinstance(v, type) and issubclass(v, mla.MLA)]
+    assert classes == ["MLA"]
+    text = _source(moe)
+    assert text.count(".argsort(") == 1 and text.count("index_add_") == 1
+    assert "dispatch(" in _source(moe.MoE.forward) and "dispatch(" in _source(moe.LatentMoE.forward)
+    assert not (SRC / "accounting" / "_checks.py").exists()
+    for path in sorted((SRC / "accounting").glob("*.py")):
+        assert "_checks" not in path.read_text(), path.name
+    # every schedule is the accounting's hybrid_layers
+    assert "hybrid_layers(" in _source(hybrid.hybrid_schedule)
+    assert "hybrid_layers(" in _source(k3.tiny_k3)
+    assert not hasattr(k3, "k3_schedule")
+
+
+def test_accounting_checks_a_spec_once_per_call(monkeypatch):
+    from gpt2k3.accounting import decode, flops, memory, params, serving, spec as spec_module
+    from gpt2k3.archs import KIMI_K3, KIMI_LINEAR_48B
+    calls = []
+    real = spec_module.check_spec
+    for module in (decode, flops, memory, params, serving):
+        monkeypatch.setattr(module, "check_spec", lambda v, n="spec": calls.append(n) or real(v, n))
+    for call in (lambda: decode.decode_bytes(KIMI_K3, 1 << 20),
+                 lambda: serving.roofline(KIMI_K3, 1 << 20, 8),
+                 lambda: serving.max_batch(KIMI_K3, 1 << 20, n_devices=64),
+                 lambda: serving.hybrid_speedups(KIMI_LINEAR_48B, 1 << 20),
+                 lambda: flops.flops_per_token(KIMI_K3, 1 << 20)):
+        calls.clear()
+        call()
+        assert len(calls) == 1

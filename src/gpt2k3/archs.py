@@ -40,12 +40,9 @@ replaced it.)
 
 from __future__ import annotations
 
-from gpt2k3.accounting import (
-    ArchSpec,
-    VisionTower,
-    hybrid_layers,
-    kda_layers_from_full_attn,
-)
+import math
+
+from gpt2k3.accounting import ArchSpec, VisionTower, hybrid_layers
 
 __all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
@@ -209,8 +206,8 @@ KIMI_K3 = ArchSpec(
     position="none", attention="mla", q_lora_rank=_k3("q_lora_rank"),
     kv_lora_rank=_k3("kv_lora_rank"), qk_nope_head_dim=_k3("qk_nope_head_dim"),
     qk_rope_head_dim=_k3("qk_rope_head_dim"), v_head_dim=_k3("v_head_dim"),
-    kda_layers=kda_layers_from_full_attn(_k3("num_hidden_layers"),
-                                         _k3("linear_attn_config.full_attn_layers")),
+    # full_attn_layers (4, 8, ..., 92, 93) is Kimi Linear's 3:1 rule: tests check the two agree
+    kda_layers=hybrid_layers(_k3("num_hidden_layers"), 3),
     kda_n_head=_k3("linear_attn_config.num_heads"), kda_head_dim=_k3("linear_attn_config.head_dim"),
     kda_conv_kernel=_k3("linear_attn_config.short_conv_kernel_size"),
     n_routed_experts=_k3("num_experts"), n_shared_experts=_k3("num_shared_experts"),
@@ -290,8 +287,8 @@ def gpt2_multiples(total: float = K3_TOTAL_PARAMS) -> dict[str, float]:
     """
     from gpt2k3.accounting import count_params
 
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or not total > 0:
-        raise ValueError(f"total must be a positive number of parameters, got {total!r}")
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total < math.inf:
+        raise ValueError(f"total must be a positive, finite number of parameters, got {total!r}")
     exact = count_params(GPT2_SMALL).total
     rounded = round(exact, -6)
     return {"gpt2": exact, "gpt2_rounded": rounded, "headline": int(total // rounded),

@@ -19,9 +19,25 @@ import math
 import numbers
 import operator
 
-import torch
+
+class _LazyTorch:
+    """``torch``, imported on first use: the number checks below serve the torch-free
+    accounting package, so importing this module must not import torch."""
+
+    def __getattr__(self, name):
+        import torch as _torch
+        globals()["torch"] = _torch                  # from now on, the module itself
+        return getattr(_torch, name)
+
+
+torch = _LazyTorch()
 
 __all__ = [
+    "is_int",
+    "check_nonnegative_int",
+    "check_positive_number",
+    "check_bytes",
+    "check_byte_sizes",
     "check_int",
     "check_positive_int",
     "check_number",
@@ -29,21 +45,33 @@ __all__ = [
     "check_tensor",
     "check_float_tensor",
     "check_finite",
+    "check_same_dtype",
+    "check_draw",
     "check_qkv",
+    "check_qkv_shapes",
     "check_attention_qkv",
+    "check_attention",
     "check_chunk_size",
+    "check_choice",
+    "check_instance",
     "check_per_token",
     "check_gate",
     "check_state",
+    "check_state_shape",
     "check_nonnegative",
     "check_write_strength",
     "check_delta_rule",
     "check_gated_delta_rule",
+    "delta_rule_inputs",
+    "log_decay_inputs",
     "check_linear_state",
+    "linear_attention_inputs",
     "WRITE_STRENGTH_RTOL",
     "compute_dtype",
     "output_dtype",
     "check_layer_input",
+    "check_token_ids",
+    "check_sampling",
 ]
 
 
@@ -128,6 +156,54 @@ def check_chunk_size(value, name: str = "chunk_size") -> int:
     return check_positive_int(value, name)
 
 
+def is_int(value) -> bool:
+    """A Python ``int`` that is not a ``bool`` (the accounting's strict reading of a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_nonnegative_int(value, name: str) -> int:
+    """Require an ``int`` (not ``bool``) ``>= 0``; the message says "a non-negative int"."""
+    if not is_int(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def check_positive_number(value, name: str, what: str = "number") -> float:
+    """Require a finite real number ``> 0`` (not ``bool``); the message says "a positive
+    ``what``". Returns it unchanged."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value <= 0):
+        raise ValueError(f"{name} must be a positive {what}, got {value!r}")
+    return value
+
+
+def check_bytes(value, name: str) -> float:
+    """Require a positive finite number of bytes per number (fractional for sub-byte formats)."""
+    return check_positive_number(value, name, "number of bytes")
+
+
+def check_byte_sizes(**sizes) -> None:
+    """:func:`check_bytes` for each ``name=value`` (``expert_bytes`` may be ``None``: "the same
+    as ``weight_bytes``")."""
+    for name, value in sizes.items():
+        if not (value is None and name == "expert_bytes"):
+            check_bytes(value, name)
+
+
+def check_choice(value, name: str, choices):
+    """Require ``value`` to be one of ``choices`` (a tuple of names, say). Returns it."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_instance(value, name: str, cls: type):
+    """Require an instance of ``cls`` (the message names the class). Returns it."""
+    if not isinstance(value, cls):
+        raise ValueError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+    return value
+
+
 # --------------------------------------------------------------------------------- tensors
 
 
@@ -165,6 +241,23 @@ def check_finite(value: torch.Tensor, name: str) -> torch.Tensor:
     return value
 
 
+def check_same_dtype(*named: tuple[torch.Tensor, str]) -> None:
+    """Require ``(tensor, name)`` pairs of one dtype (a float32 key against a float64 state is an
+    error that says so, not a matmul ``RuntimeError``)."""
+    if len({t.dtype for t, _ in named}) > 1:
+        raise ValueError(f"{', '.join(n for _, n in named)} must share one dtype, got "
+                         f"{', '.join(f'{n} {t.dtype}' for t, n in named)}")
+
+
+def check_draw(generator, dtype) -> None:
+    """Arguments of a random draw: ``generator`` ``None`` or a ``torch.Generator``, ``dtype`` a
+    real floating ``torch.dtype``."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be None or a torch.Generator, got {generator!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.is_complex:
+        raise ValueError(f"dtype must be a real floating torch.dtype, got {dtype!r}")
+
+
 def _check_sequence(value, name: str) -> torch.Tensor:
     check_float_tensor(value, name, 4)
     return check_finite(value, name)
@@ -172,6 +265,18 @@ def _check_sequence(value, name: str) -> torch.Tensor:
 
 def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
     """Check ``q, k`` are ``(B, H, T, Dk)`` and ``v`` is ``(B, H, T, Dv)``: floating, finite.
+
+    Returns ``(B, H, T, Dk, Dv)``.
+    """
+    dims = check_qkv_shapes(q, k, v)
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        check_finite(x, name)
+    return dims
+
+
+def check_qkv_shapes(q, k, v) -> tuple[int, int, int, int, int]:
+    """:func:`check_qkv` without reading a value (no finiteness scan, so no host sync): floating
+    ``q, k`` of shape ``(B, H, T, Dk)`` and ``v`` of shape ``(B, H, T, Dv)``.
 
     Returns ``(B, H, T, Dk, Dv)``.
     """
@@ -187,15 +292,13 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
             f"v must have shape (B, H, T, Dv) = {_fmt((B, H, T, None))} to match q; "
             f"got {_fmt(v.shape)}"
         )
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        check_finite(x, name)
     return B, H, T, Dk, v.shape[-1]
 
 
-def check_attention_qkv(q, k, v, finite_kv: bool = True) -> tuple[int, int, int, int, int, int]:
+def check_attention_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
     """Queries ``(B, H, Tq, Dk)`` against keys ``(B, H, Tk, Dk)`` and values ``(B, H, Tk, Dv)``,
-    ``Tk >= Tq``: floating, finite (``k`` and ``v`` only if ``finite_kv``: a KV cache checks
-    each entry once, when it is written). Returns ``(B, H, Tq, Tk, Dk, Dv)``."""
+    ``Tk >= Tq``, all of one floating dtype. Reads no value (no host sync): finiteness is checked
+    at the front doors (a layer's input, a KV cache write). Returns ``(B, H, Tq, Tk, Dk, Dv)``."""
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
         check_float_tensor(x, name, 4)
     B, H, Tq, Dk = q.shape
@@ -215,9 +318,19 @@ def check_attention_qkv(q, k, v, finite_kv: bool = True) -> tuple[int, int, int,
             f"v must have shape (B, H, Tk, Dv) = {_fmt((B, H, Tk, None))} to match k; "
             f"got {_fmt(v.shape)}"
         )
-    for x, name in ((q, "q"), (k, "k"), (v, "v")) if finite_kv else ((q, "q"),):
-        check_finite(x, name)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"k and v must have q's dtype {q.dtype}, got {k.dtype} and {v.dtype}")
     return B, H, Tq, Tk, Dk, v.shape[-1]
+
+
+def check_attention(q, k, v, scale=None, dropout_p: float = 0.0) -> None:
+    """Every argument of :mod:`gpt2k3.ops.softmax`'s forms: :func:`check_attention_qkv`,
+    ``scale`` ``None`` or a finite float ``> 0``, ``dropout_p`` a float in ``[0, 1)``. No value is
+    read, so a decode step can afford it."""
+    check_attention_qkv(q, k, v)
+    check_positive_float(scale, "scale", none_ok=True)
+    if check_number(dropout_p, "dropout_p", 0.0, 1.0, what="a float in [0, 1)") == 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
 
 
 def check_per_token(value, name: str, B: int, H: int, T: int) -> torch.Tensor:
@@ -256,10 +369,16 @@ def check_gate(value, name: str, B: int, H: int, T: int, Dk: int) -> torch.Tenso
 def check_state(value, name: str, shape: tuple[int, ...], names: str) -> torch.Tensor:
     """Require a finite floating state of exactly ``shape``; ``names`` spells it, e.g.
     ``"(B, H, Dk, Dv)"``."""
+    return check_finite(check_state_shape(value, name, shape, names), name)
+
+
+def check_state_shape(value, name: str, shape: tuple[int, ...], names: str) -> torch.Tensor:
+    """:func:`check_state` without the finiteness scan (no host sync): a floating tensor of
+    exactly ``shape``."""
     check_float_tensor(value, name)
     if tuple(value.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {names} = {_fmt(shape)}; got {_fmt(value.shape)}")
-    return check_finite(value, name)
+    return value
 
 
 def check_nonnegative(value: torch.Tensor, name: str, hint: str = "") -> torch.Tensor:
@@ -324,9 +443,64 @@ def check_gated_delta_rule(q, k, v, beta, g, initial_state=None) -> tuple[int, i
     return B, H, T, Dk, Dv
 
 
+def delta_rule_inputs(q, k, v, beta, g=None, initial_state=None, chunk_size=64, *, gated=False):
+    """The one check of a delta-rule op (:mod:`gpt2k3.ops.delta`, :mod:`gpt2k3.ops.gated_delta`).
+
+    Checks the arguments as :func:`check_gated_delta_rule` (``gated``) or :func:`check_delta_rule`
+    and ``chunk_size`` as :func:`check_chunk_size`; the checks of values (finite, ``beta |k|^2``
+    in ``[0, 2]``, ``g <= 0``), which read the tensors back to the host, are skipped while a CUDA
+    graph is being captured. Returns ``(q, k, v, beta, S, out_dtype)`` -- with ``g`` after
+    ``beta`` when ``gated`` -- cast to the compute dtype (:func:`compute_dtype`), ``S`` the
+    initial state or zeros ``(B, H, Dk, Dv)``, ``out_dtype`` the dtype outputs are returned in.
+    """
+    check_chunk_size(chunk_size)
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if capturing:
+        for x, name in ((q, "q"), (k, "k"), (v, "v"), (beta, "beta"), (g, "g")):
+            if gated or name != "g":
+                check_float_tensor(x, name)
+    elif gated:
+        check_gated_delta_rule(q, k, v, beta, g, initial_state)
+    else:
+        check_delta_rule(q, k, v, beta, initial_state)
+    tensors = (q, k, v, beta, g) if gated else (q, k, v, beta)
+    dtype = compute_dtype(*tensors, initial_state)
+    B, H, _, Dk = q.shape
+    S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=dtype) if initial_state is None else initial_state
+    return (*(x.to(dtype) for x in tensors), S.to(dtype), output_dtype(q, k, v))
+
+
+def log_decay_inputs(x, A_log, dt_bias, lower_bound=None, *, per_channel=True):
+    """The one check of a forget-gate function (``gpt2k3.layers.deltanet``'s ``*_log_decay``).
+
+    ``x`` is the gate's pre-activation: ``(B, T, H, Dk)`` with ``dt_bias`` ``(H * Dk,)`` when
+    ``per_channel`` (KDA; fla-core's layout), else ``(B, T, H)`` with ``dt_bias`` ``(H,)`` (Gated
+    DeltaNet); ``A_log`` is ``(H,)``; ``lower_bound``, if given, a finite negative number. Shapes
+    only: nothing is read back to the host. Returns ``(x, A_log, dt_bias)`` in ``x``'s dtype or
+    float32 if wider, ``dt_bias`` shaped ``(H, Dk)`` (or ``(H,)``) to broadcast against ``x``.
+    """
+    if lower_bound is not None:
+        check_finite_number(lower_bound, "lower_bound", -1)
+    ndim, layout = (4, "(B, T, H, Dk)") if per_channel else (3, "(B, T, H)")
+    if not isinstance(x, torch.Tensor) or x.ndim != ndim or not x.dtype.is_floating_point:
+        got = _fmt(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating {layout} tensor, got {got}")
+    H, Dk = x.shape[2], x.shape[3] if per_channel else 1
+    for value, name, shape, spelled in ((A_log, "A_log", (H,), "(H,)"),
+                                        (dt_bias, "dt_bias", (H * Dk,), "(H * Dk,)" if per_channel else "(H,)")):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape \
+                or not value.dtype.is_floating_point:
+            got = f"{value.dtype} {_fmt(value.shape)}" if isinstance(value, torch.Tensor) \
+                else type(value).__name__
+            raise ValueError(f"{name} must be a floating tensor of shape {spelled} = "
+                             f"{_fmt(shape)}, got {got}")
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    return x.to(dtype), A_log.to(dtype), dt_bias.to(dtype).view(x.shape[2:])
+
+
 def check_linear_state(value, name: str, B: int, H: int, Dk: int, Dv: int):
     """A linear-attention state: ``None`` or a pair ``(S, z)``, ``S (B, H, Dk, Dv)`` and
-    ``z (B, H, Dk)``, floating and finite. Returns ``(S, z)`` or ``(None, None)``."""
+    ``z (B, H, Dk)``, floating (values are not read). Returns ``(S, z)`` or ``(None, None)``."""
     if value is None:
         return None, None
     if not isinstance(value, (tuple, list)) or len(value) != 2:
@@ -335,9 +509,38 @@ def check_linear_state(value, name: str, B: int, H: int, Dk: int, Dv: int):
             f"(B, H, Dk); got {type(value).__name__}"
         )
     S, z = value
-    check_state(S, f"{name}[0] (S)", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
-    check_state(z, f"{name}[1] (z)", (B, H, Dk), "(B, H, Dk)")
+    check_state_shape(S, f"{name}[0] (S)", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
+    check_state_shape(z, f"{name}[1] (z)", (B, H, Dk), "(B, H, Dk)")
     return S, z
+
+
+def linear_attention_inputs(q, k, v, initial_state=None, eps: float = 1e-6, normalize: bool = True,
+                            chunk_size: int = 1, *, one_token: bool = False):
+    """The one check of a linear-attention op (:mod:`gpt2k3.ops.linear`, the seed's prefill).
+
+    Checks :func:`check_qkv_shapes`, ``eps`` a finite float ``> 0``, ``normalize`` a bool, a
+    positive ``chunk_size``, an ``initial_state`` as :func:`check_linear_state` and
+    (``one_token``) a single token, ``T = 1``. Returns ``(q, k, v, (S, z), out_dtype)``: the
+    inputs and the state (the given one or zeros, ``(B, H, Dk, Dv)`` and ``(B, H, Dk)``) in the
+    compute dtype (:func:`compute_dtype`; no copy of what is already in it), and the dtype
+    outputs are returned in.
+
+    No value is read, so a decode step can afford it. The normalised form also needs
+    non-negative ``q`` and ``k``: that is the feature map's promise (the layer applies ``elu1``),
+    not scanned here, as finiteness is checked at the layer's input.
+    """
+    B, H, T, Dk, Dv = check_qkv_shapes(q, k, v)
+    check_positive_float(eps, "eps")
+    if not isinstance(normalize, bool):
+        raise ValueError(f"normalize must be a bool, got {normalize!r}")
+    check_chunk_size(chunk_size)
+    if one_token and T != 1:
+        raise ValueError(f"q_t, k_t and v_t must hold one token, shape (B, H, 1, D); got T={T}")
+    S, z = check_linear_state(initial_state, "initial_state", B, H, Dk, Dv)
+    dtype = compute_dtype(q, k, v, S, z)
+    if S is None:
+        S, z = q.new_zeros(B, H, Dk, Dv, dtype=dtype), q.new_zeros(B, H, Dk, dtype=dtype)
+    return q.to(dtype), k.to(dtype), v.to(dtype), (S.to(dtype), z.to(dtype)), output_dtype(q, k, v)
 
 
 # --------------------------------------------------------------------------------- dtypes
@@ -384,3 +587,34 @@ def check_layer_input(value, name: str, width: int, dtype: torch.dtype | None = 
                          f"x.to({dtype}) or the layer with layer.to({value.dtype})), got "
                          f"{value.dtype}")
     return check_finite(value, name)
+
+
+def check_token_ids(idx, vocab_size: int, name: str = "idx") -> tuple[int, int]:
+    """Token ids: an int64/int32 tensor ``(B, T)``, ``B, T >= 1``, ids in ``[0, vocab_size)``;
+    returns ``(B, T)``. The range test is a host sync: run it once per call, never per step."""
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 \
+            or idx.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must be an integer tensor of shape (B, T), got "
+                         f"{getattr(idx, 'dtype', type(idx).__name__)} of shape "
+                         f"{_fmt(getattr(idx, 'shape', ()))}")
+    B, T = idx.shape
+    if B == 0 or T == 0:
+        raise ValueError(f"{name} must hold at least one sequence of at least one token "
+                         f"(B >= 1, T >= 1), got shape {_fmt(idx.shape)}")
+    if bool(((idx < 0) | (idx >= vocab_size)).any()):
+        raise ValueError(f"{name} must hold token ids in [0, vocab_size={vocab_size}), got "
+                         f"values in [{int(idx.min())}, {int(idx.max())}]")
+    return B, T
+
+
+def check_sampling(temperature, top_k, vocab_size: int) -> None:
+    """Sampling arguments: ``temperature`` a finite number >= 0 (0: greedy; tiny positive values
+    that overflow the logits are refused), ``top_k`` None or an int in ``[1, vocab_size]``."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if 0 < temperature < 1e-30:
+        raise ValueError(f"temperature must be 0 (greedy) or at least 1e-30, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
+                              or not 1 <= top_k <= vocab_size):
+        raise ValueError(f"top_k must be None or an int in [1, {vocab_size}], got {top_k!r}")

@@ -71,8 +71,8 @@ experts a batch wakes up) and FLOPs into a lower bound on the time of a decode s
 
 The package, one small torch-free module per idea
 -------------------------------------------------
-``spec`` (:class:`ArchSpec`, :class:`VisionTower`, schedules: :func:`hybrid_layers`,
-:func:`kda_layers_from_full_attn`, :func:`hybrid_spec`), ``params`` (:func:`count_params`,
+``spec`` (:class:`ArchSpec`, :class:`VisionTower`, the one layer schedule
+:func:`hybrid_layers`, :func:`hybrid_spec`), ``params`` (:func:`count_params`,
 :func:`stored_elements`), ``memory`` (KV-cache and state bytes; :func:`mixer_state_numbers`
 is the one state-size function, float32 states by default), ``decay`` (KDA's log-decay),
 ``decode`` (:func:`decode_bytes`), ``flops``, ``hardware``, ``serving`` and ``units``
@@ -99,13 +99,13 @@ from gpt2k3.accounting.serving import (WEIGHT_FORMATS, Roofline, ServingPlan, de
     plan_roofline, roofline, roofline_band, serving_memory, serving_plan, tpot_readings,
     weight_format)
 from gpt2k3.accounting.spec import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, VisionTower,
-    full_attention, hybrid_layers, hybrid_spec, kda_layers_from_full_attn, ratio_label)
+    full_attention, hybrid_layers, hybrid_spec, ratio_label)
 from gpt2k3.accounting.units import DTYPE_BYTES, STATE_DTYPE_BYTES, dtype_bytes
 
 __all__ = [
     # spec
     "ArchSpec", "VisionTower", "ATTENTION_KINDS", "NORMS", "MLPS", "POSITIONS",
-    "hybrid_layers", "kda_layers_from_full_attn", "hybrid_spec", "full_attention",
+    "hybrid_layers", "hybrid_spec", "full_attention",
     "ratio_label",
     # parameters
     "ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",

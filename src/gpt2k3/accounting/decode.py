@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpt2k3.accounting._checks import is_int, nonneg_int, positive_bytes, positive_int
-from gpt2k3.accounting.memory import kv_cache_bytes, state_bytes
-from gpt2k3.accounting.params import count_params
+from gpt2k3.accounting.memory import _kv_cache_bytes, _state_bytes
+from gpt2k3.accounting.params import _count_params
 from gpt2k3.accounting.spec import ArchSpec, check_spec
 from gpt2k3.accounting.units import STATE_DTYPE_BYTES
+from gpt2k3.checks import check_bytes, check_nonnegative_int, check_positive_int, is_int
 
 __all__ = ["expected_distinct_experts", "weights_read_per_step", "DecodeBytes", "decode_bytes",
            "decode_bytes_per_token", "weight_and_cache_bytes", "cache_bound_context"]
@@ -36,8 +36,8 @@ def expected_distinct_experts(n_experts: int, top_k: int, batch: int) -> float:
     """Expected number of distinct experts ``batch`` tokens touch in one MoE layer, when each
     token picks ``top_k`` of ``n_experts`` uniformly and independently of the others:
     ``n_experts * (1 - (1 - top_k / n_experts) ** batch)``."""
-    positive_int("n_experts", n_experts)
-    positive_int("batch", batch)
+    check_positive_int(n_experts, "n_experts")
+    check_positive_int(batch, "batch")
     if not is_int(top_k) or not 1 <= top_k <= n_experts:
         raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** batch)
@@ -48,8 +48,13 @@ def weights_read_per_step(spec: ArchSpec, batch: int = 1) -> float:
     except the embedding tables (``batch`` rows of each are read; a tied head still reads the
     whole token table) and the routed experts no token picked (:func:`expected_distinct_experts`
     per MoE layer).  A float, because that expectation is not whole."""
-    positive_int("batch", batch)
-    c = count_params(spec)
+    check_spec(spec)
+    check_positive_int(batch, "batch")
+    return _weights_read_per_step(spec, batch)
+
+
+def _weights_read_per_step(spec: ArchSpec, batch: int) -> float:
+    c = _count_params(spec)
     d = spec.d_model
     weights = (c.total - c.detail["token embeddings"] - c.detail["position embeddings"]
                - c.detail["routed experts"])
@@ -106,17 +111,22 @@ def decode_bytes(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes:
     by part (see the module docstring): weights in ``weight_bytes`` per number, the KV cache in
     ``cache_bytes``, the state in ``state_dtype_bytes`` (float32 by default)."""
     check_spec(spec)
-    nonneg_int("context_len", context_len)
-    positive_int("batch", batch)
-    positive_bytes("weight_bytes", weight_bytes)
-    positive_bytes("cache_bytes", cache_bytes)
-    positive_bytes("state_dtype_bytes", state_dtype_bytes)
+    check_nonnegative_int(context_len, "context_len")
+    check_positive_int(batch, "batch")
+    check_bytes(weight_bytes, "weight_bytes")
+    check_bytes(cache_bytes, "cache_bytes")
+    check_bytes(state_dtype_bytes, "state_dtype_bytes")
+    return _decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes, state_dtype_bytes)
+
+
+def _decode_bytes(spec: ArchSpec, context_len: int, batch: int, weight_bytes: float,
+                  cache_bytes: float, state_dtype_bytes: float) -> DecodeBytes:
     experts = (expected_distinct_experts(spec.n_routed_experts, spec.top_k, batch)
                if spec.is_moe else 0.0)
     return DecodeBytes(batch=batch, context_len=context_len,
-                       weights=weights_read_per_step(spec, batch) * weight_bytes,
-                       cache=kv_cache_bytes(spec, context_len, batch, cache_bytes),
-                       state=2 * state_bytes(spec, batch, state_dtype_bytes),
+                       weights=_weights_read_per_step(spec, batch) * weight_bytes,
+                       cache=_kv_cache_bytes(spec, context_len, batch, cache_bytes),
+                       state=2 * _state_bytes(spec, batch, state_dtype_bytes),  # read, written
                        experts_per_layer=experts)
 
 
@@ -161,7 +171,7 @@ def cache_bound_context(spec: ArchSpec, batch: int = 1, weight_bytes: float = 2,
     states alone outweigh the weights.  A float (the crossover need not be a whole token).
     """
     b = decode_bytes(spec, 0, batch, weight_bytes, cache_bytes, state_dtype_bytes)
-    kv = kv_cache_bytes(spec, 1, 1, cache_bytes)
+    kv = _kv_cache_bytes(spec, 1, 1, cache_bytes)
     if kv == 0:
         return math.inf
     return max(0.0, (b.weights / batch - b.state / batch) / kv)
@@ -189,15 +199,15 @@ def weights_cache_crossing(spec: ArchSpec, batch: int = 1, weight_bytes: float =
     the weights.
     """
     check_spec(spec)
-    positive_int("batch", batch)
-    positive_bytes("weight_bytes", weight_bytes)
-    positive_bytes("cache_bytes", cache_bytes)
-    positive_bytes("state_dtype_bytes", state_dtype_bytes)
-    kv = kv_cache_bytes(spec, 1, batch, cache_bytes)
+    check_positive_int(batch, "batch")
+    check_bytes(weight_bytes, "weight_bytes")
+    check_bytes(cache_bytes, "cache_bytes")
+    check_bytes(state_dtype_bytes, "state_dtype_bytes")
+    kv = _kv_cache_bytes(spec, 1, batch, cache_bytes)
     if kv == 0:
         return math.inf
-    weights = count_params(spec).total * weight_bytes
-    return max(0.0, (weights - state_bytes(spec, batch, state_dtype_bytes)) / kv)
+    weights = _count_params(spec).total * weight_bytes
+    return max(0.0, (weights - _state_bytes(spec, batch, state_dtype_bytes)) / kv)
 
 
 @dataclass(frozen=True)
@@ -255,11 +265,11 @@ def decode_cache_traffic(spec: ArchSpec, prompt_len: int, n_new: int, batch: int
     bytes, never 3 or more.  Weights, activations and the allocator's own work are not counted.
     """
     check_spec(spec)
-    positive_int("prompt_len", prompt_len)
-    nonneg_int("n_new", n_new)
-    positive_int("batch", batch)
-    positive_bytes("dtype_bytes", dtype_bytes)
-    kv = kv_cache_bytes(spec, 1, batch, dtype_bytes)
+    check_positive_int(prompt_len, "prompt_len")
+    check_nonnegative_int(n_new, "n_new")
+    check_positive_int(batch, "batch")
+    check_bytes(dtype_bytes, "dtype_bytes")
+    kv = _kv_cache_bytes(spec, 1, batch, dtype_bytes)
     positions = n_new * prompt_len + n_new * (n_new + 1) // 2
     return CacheTraffic(prompt_len=prompt_len, n_new=n_new, batch=batch,
                         attention_read=kv * positions, append_write=kv * n_new,

@@ -3,9 +3,9 @@ context-dependent attention term and the KDA state update."""
 
 from __future__ import annotations
 
-from gpt2k3.accounting._checks import nonneg_int
-from gpt2k3.accounting.params import count_params
+from gpt2k3.accounting.params import _count_params
 from gpt2k3.accounting.spec import ArchSpec, check_spec
+from gpt2k3.checks import check_nonnegative_int
 
 __all__ = ["mla_decode_costs", "flops_per_token"]
 
@@ -30,6 +30,10 @@ def mla_decode_costs(spec: ArchSpec) -> dict[str, dict[str, int]]:
     check_spec(spec)
     if spec.attention != "mla":
         raise ValueError(f"spec.attention must be 'mla', got {spec.attention!r}")
+    return _mla_decode_costs(spec)
+
+
+def _mla_decode_costs(spec: ArchSpec) -> dict[str, dict[str, int]]:
     h, r, dr = spec.n_head, spec.kv_lora_rank, spec.qk_rope_head_dim
     dn, dv = spec.qk_nope_head_dim, spec.v_head_dim
     attend = 2 * h * (dn + dr) + 2 * h * dv
@@ -57,15 +61,19 @@ def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True)
     few ``d_model``-long dot products and sums per sub-layer, against billions) are ignored.
     """
     check_spec(spec)
-    nonneg_int("context_len", context_len)
+    check_nonnegative_int(context_len, "context_len")
     if not isinstance(mla_absorbed, bool):
         raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    return _flops_per_token(spec, context_len, mla_absorbed)
+
+
+def _flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool) -> int:
     if spec.attention == "mla":
-        per_position = mla_decode_costs(spec)["absorbed" if mla_absorbed else "naive"]["flops"]
+        per_position = _mla_decode_costs(spec)["absorbed" if mla_absorbed else "naive"]["flops"]
     else:
         per_position = 4 * spec.n_head * spec.head_dim
     state = 7 * spec.kda_n_head * spec.kda_head_dim ** 2
-    return (2 * count_params(spec).matmul_active
+    return (2 * _count_params(spec).matmul_active
             + spec.n_attention_layers * per_position * context_len
             + spec.n_kda_layers * state)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpt2k3.accounting._checks import is_int, positive_bytes, positive_number
+from gpt2k3.checks import check_bytes, check_positive_number, is_int
+
 
 __all__ = ["Hardware", "H200", "H200_MEASURED", "H200_BAND", "H200_DATASHEET",
            "H200_MEASUREMENTS"]
@@ -42,9 +43,9 @@ class Hardware:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty str, got {self.name!r}")
-        positive_bytes("memory_bytes", self.memory_bytes)
-        positive_number("bandwidth", self.bandwidth, "number of bytes per second")
-        positive_number("peak_flops", self.peak_flops, "number of FLOP/s")
+        check_bytes(self.memory_bytes, "memory_bytes")
+        check_positive_number(self.bandwidth, "bandwidth", "number of bytes per second")
+        check_positive_number(self.peak_flops, "peak_flops", "number of FLOP/s")
         if not is_int(self.per_machine) or self.per_machine < 1:
             raise ValueError(f"per_machine must be a positive int, got {self.per_machine!r}")
 

@@ -10,39 +10,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpt2k3.accounting._checks import (
-    finite_number,
-    nonneg_int,
-    positive_int,
-    positive_number,
-)
 from gpt2k3.accounting.flops import flops_per_token
 from gpt2k3.accounting.params import count_params
 from gpt2k3.accounting.spec import ArchSpec
 from gpt2k3.archs import KIMI_K3_CONFIG
+from gpt2k3.checks import check_finite_number, check_nonnegative_int, check_positive_int
 
 __all__: list[str] = ["SITU_BETA", "SITU_LINEAR_BETA"]
 
 #: ``activation_situ_beta`` / ``activation_situ_linear_beta`` (SGLang ``SituAndMul``).
 SITU_BETA = KIMI_K3_CONFIG["activation_situ_beta"][0]
 SITU_LINEAR_BETA = KIMI_K3_CONFIG["activation_situ_linear_beta"][0]
-
-
-def _int(value, name: str, minimum: int = 1) -> int:
-    (positive_int if minimum == 1 else nonneg_int)(name, value)
-    return int(value)
-
-
-def _positive_number(value, name: str) -> float:
-    positive_number(name, value, "finite number")
-    return float(value)
-
-
-def _negative_number(value, name: str) -> float:
-    finite_number(name, value)
-    if value >= 0:
-        raise ValueError(f"{name} must be a finite negative number, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -121,8 +99,8 @@ def attn_res_reads(n_layer: int, block_size: int) -> AttnResReads:
     keeps every layer's output apart (the "full" form, ``n_layer + 1`` sources at the end);
     ``block_size >= n_layer`` leaves the embedding and one running sum.
     """
-    _int(n_layer, "n_layer")
-    _int(block_size, "block_size")
+    check_positive_int(n_layer, "n_layer")
+    check_positive_int(block_size, "block_size")
     attn = tuple(-(-i // block_size) + 1 for i in range(n_layer))
     mlp = tuple(i // block_size + 2 for i in range(n_layer))
     return AttnResReads(n_layer, block_size, attn, mlp, -(-n_layer // block_size) + 1)
@@ -160,9 +138,9 @@ def kda_diagonal_block_exponents(lower_bound: float, sub_chunk: int = FLA_KDA_SU
     has no bound at all; the blocks between sub-chunks need none (they factor through the
     sub-chunk boundary, every factor a decay ``<= 1``, as in chapter 6).
     """
-    bound = _negative_number(lower_bound, "lower_bound")
-    size = _int(sub_chunk, "sub_chunk")
-    s = _positive_number(shift, "shift")
+    bound = check_finite_number(lower_bound, "lower_bound", -1)
+    size = check_positive_int(sub_chunk, "sub_chunk")
+    s = check_finite_number(shift, "shift", 1)
     d = (size - 1) * s / 2
     return d, (size - 1) * -bound - d
 
@@ -180,7 +158,7 @@ def kda_largest_diagonal_block(lower_bound: float, shift: float = FLA_KDA_GATE_S
     """The largest power-of-two sub-chunk :func:`kda_diagonal_block_fits_float32` accepts for
     ``lower_bound`` (16 for K3's -5: fla's ``BC``); at least 1, since a one-token block has no
     decay inside it."""
-    _negative_number(lower_bound, "lower_bound")
+    check_finite_number(lower_bound, "lower_bound", -1)
     size = 1
     while kda_diagonal_block_fits_float32(lower_bound, 2 * size, shift):
         size *= 2
@@ -199,15 +177,15 @@ def dplr_chunk_is_safe(lower_bound: float, chunk_size: int) -> bool:
     kernels instead keep 64-token chunks and centre only 16-token diagonal blocks
     (:func:`kda_diagonal_block_exponents`).
     """
-    bound = _negative_number(lower_bound, "lower_bound")
-    size = _int(chunk_size, "chunk_size")
+    bound = check_finite_number(lower_bound, "lower_bound", -1)
+    size = check_positive_int(chunk_size, "chunk_size")
     return abs(bound) * (size // 2 + 1) * FLA_RCP_LN2 <= DPLR_SAFE_EXPONENT
 
 
 def dplr_largest_safe_chunk(lower_bound: float) -> int:
     """The largest power-of-two chunk :func:`dplr_chunk_is_safe` accepts for ``lower_bound``
     (32 at -5), or 0 if not even one token is safe. A DPLR quantity, not a KDA one."""
-    _negative_number(lower_bound, "lower_bound")
+    check_finite_number(lower_bound, "lower_bound", -1)
     if not dplr_chunk_is_safe(lower_bound, 1):
         return 0
     size = 1
@@ -244,7 +222,7 @@ def latent_moe_cost(spec: ArchSpec, latent_dim: int) -> LatentMoECost:
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
     if not spec.is_moe:
         raise ValueError(f"spec must have routed experts, {spec.name} has none")
-    _int(latent_dim, "latent_dim", 0)
+    check_nonnegative_int(latent_dim, "latent_dim")
     if latent_dim > spec.d_model:
         raise ValueError(f"latent_dim ({latent_dim}) must be <= d_model ({spec.d_model})")
     s = spec.with_(moe_latent_dim=latent_dim,
@@ -285,9 +263,9 @@ def situ_factors(gate: float, up: float, beta: float = SITU_BETA,
     """SiTU-GLU's two factors for plain floats: ``(beta tanh(gate/beta) sigmoid(gate),
     linear_beta tanh(up/linear_beta))`` (``up`` itself when ``linear_beta`` is None); their
     product is :func:`situ_reference`. SwiGLU's factors are ``(silu(gate), up)``."""
-    beta = _positive_number(beta, "beta")
+    beta = check_finite_number(beta, "beta", 1)
     if linear_beta is not None:
-        linear_beta = _positive_number(linear_beta, "linear_beta")
+        linear_beta = check_finite_number(linear_beta, "linear_beta", 1)
     for name, value in (("gate", gate), ("up", up)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value):
@@ -310,7 +288,7 @@ def swiglu_reference(gate: float, up: float) -> float:
 def situ_bound(beta: float = SITU_BETA, linear_beta: float = SITU_LINEAR_BETA) -> float:
     """The least upper bound of ``|situ(gate, up)|``: ``beta * linear_beta`` (approached, never
     reached, as both pre-activations grow; 100 for K3). SwiGLU has none."""
-    return _positive_number(beta, "beta") * _positive_number(linear_beta, "linear_beta")
+    return check_finite_number(beta, "beta", 1) * check_finite_number(linear_beta, "linear_beta", 1)
 
 
 __all__ += ["AttnResReads", "attn_res_reads", "FLA_RCP_LN2", "FLOAT32_MAX_EXP",

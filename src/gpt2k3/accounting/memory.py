@@ -10,16 +10,10 @@ for.
 
 from __future__ import annotations
 
-from gpt2k3.accounting._checks import (
-    as_bytes,
-    byte_sizes,
-    is_int,
-    nonneg_int,
-    positive_bytes,
-    positive_int,
-)
 from gpt2k3.accounting.spec import ArchSpec, check_spec, hybrid_spec
-from gpt2k3.accounting.units import STATE_DTYPE_BYTES
+from gpt2k3.accounting.units import STATE_DTYPE_BYTES, as_bytes
+from gpt2k3.checks import (check_byte_sizes, check_bytes, check_nonnegative_int,
+    check_positive_int, is_int)
 
 __all__ = ["kv_numbers_per_layer", "kv_numbers_per_token", "kv_cache_bytes",
            "mixer_state_numbers", "state_numbers_per_layer", "state_bytes",
@@ -34,6 +28,10 @@ def kv_numbers_per_layer(spec: ArchSpec) -> int:
     the shared rotary key, ``kv_lora_rank + qk_rope_head_dim`` (DeepSeek-V3: 576).
     """
     check_spec(spec)
+    return _kv_numbers_per_layer(spec)
+
+
+def _kv_numbers_per_layer(spec: ArchSpec) -> int:
     if spec.attention == "mla":
         return spec.kv_lora_rank + spec.qk_rope_head_dim
     return 2 * spec.kv_heads * spec.head_dim
@@ -42,7 +40,11 @@ def kv_numbers_per_layer(spec: ArchSpec) -> int:
 def kv_numbers_per_token(spec: ArchSpec) -> int:
     """Numbers the whole model caches per token: linear-state layers add nothing."""
     check_spec(spec)
-    return spec.n_attention_layers * kv_numbers_per_layer(spec)
+    return _kv_numbers_per_token(spec)
+
+
+def _kv_numbers_per_token(spec: ArchSpec) -> int:
+    return spec.n_attention_layers * _kv_numbers_per_layer(spec)
 
 
 def kv_cache_bytes(spec: ArchSpec, context_len: int, batch: int = 1,
@@ -53,10 +55,15 @@ def kv_cache_bytes(spec: ArchSpec, context_len: int, batch: int = 1,
     :func:`kv_numbers_per_layer`) and not at all in linear-state layers (their memory is
     :func:`state_bytes`).  ``dtype_bytes`` may be fractional (0.5 for int4).
     """
-    nonneg_int("context_len", context_len)
-    nonneg_int("batch", batch)
-    positive_bytes("dtype_bytes", dtype_bytes)
-    return as_bytes(kv_numbers_per_token(spec) * context_len * batch * dtype_bytes)
+    check_spec(spec)
+    check_nonnegative_int(context_len, "context_len")
+    check_nonnegative_int(batch, "batch")
+    check_bytes(dtype_bytes, "dtype_bytes")
+    return _kv_cache_bytes(spec, context_len, batch, dtype_bytes)
+
+
+def _kv_cache_bytes(spec: ArchSpec, context_len: int, batch: int, dtype_bytes: float) -> int | float:
+    return as_bytes(_kv_numbers_per_token(spec) * context_len * batch * dtype_bytes)
 
 
 def mla_cache_variants(spec: ArchSpec, gqa_kv_heads: int = 8) -> dict[str, int]:
@@ -75,7 +82,7 @@ def mla_cache_variants(spec: ArchSpec, gqa_kv_heads: int = 8) -> dict[str, int]:
     if not is_int(gqa_kv_heads) or not 1 <= gqa_kv_heads <= spec.n_head:
         raise ValueError(f"gqa_kv_heads must be an int in [1, n_head={spec.n_head}], "
                          f"got {gqa_kv_heads!r}")
-    return {"MLA latent": kv_numbers_per_layer(spec),
+    return {"MLA latent": _kv_numbers_per_layer(spec),
             "MHA, same heads": spec.n_head * (spec.qk_head_dim + spec.v_head_dim),
             f"GQA, {gqa_kv_heads} K/V heads": 2 * gqa_kv_heads * spec.v_head_dim}
 
@@ -95,12 +102,12 @@ def mixer_state_numbers(n_head: int, d_key: int, d_value: int | None = None,
     kept in (float32, 4 bytes, :data:`~gpt2k3.accounting.units.STATE_DTYPE_BYTES`, in the
     book).
     """
-    positive_int("n_head", n_head)
-    positive_int("d_key", d_key)
+    check_positive_int(n_head, "n_head")
+    check_positive_int(d_key, "d_key")
     if d_value is None:
         d_value = d_key
-    positive_int("d_value", d_value)
-    nonneg_int("conv_kernel", conv_kernel)
+    check_positive_int(d_value, "d_value")
+    check_nonnegative_int(conv_kernel, "conv_kernel")
     if not isinstance(normalizer, bool):
         raise ValueError(f"normalizer must be a bool, got {normalizer!r}")
     recurrent = n_head * d_key * d_value + (n_head * d_key if normalizer else 0)
@@ -113,6 +120,10 @@ def state_numbers_per_layer(spec: ArchSpec) -> dict[str, int]:
     (:func:`mixer_state_numbers` with ``kda_n_head``, ``kda_head_dim`` and
     ``kda_conv_kernel``): ``{"recurrent", "conv"}``; both 0 without KDA layers."""
     check_spec(spec)
+    return _state_numbers_per_layer(spec)
+
+
+def _state_numbers_per_layer(spec: ArchSpec) -> dict[str, int]:
     if not spec.kda_layers:
         return {"recurrent": 0, "conv": 0}
     return mixer_state_numbers(spec.kda_n_head, spec.kda_head_dim,
@@ -127,9 +138,13 @@ def state_bytes(spec: ArchSpec, batch: int = 1,
     Independent of the context length; see :func:`mixer_state_numbers` for what is held.
     """
     check_spec(spec)
-    nonneg_int("batch", batch)
-    positive_bytes("dtype_bytes", dtype_bytes)
-    per_layer = sum(state_numbers_per_layer(spec).values())
+    check_nonnegative_int(batch, "batch")
+    check_bytes(dtype_bytes, "dtype_bytes")
+    return _state_bytes(spec, batch, dtype_bytes)
+
+
+def _state_bytes(spec: ArchSpec, batch: int, dtype_bytes: float) -> int | float:
+    per_layer = sum(_state_numbers_per_layer(spec).values())
     return as_bytes(spec.n_kda_layers * per_layer * batch * dtype_bytes)
 
 
@@ -139,10 +154,15 @@ def memory_per_sequence(spec: ArchSpec, context_len: int, cache_bytes: float = 2
     (:func:`kv_cache_bytes`) plus the fixed state of the linear-attention layers
     (:func:`state_bytes`, float32 by default)."""
     check_spec(spec)
-    nonneg_int("context_len", context_len)
-    byte_sizes(cache_bytes=cache_bytes, state_dtype_bytes=state_dtype_bytes)
-    return (kv_cache_bytes(spec, context_len, 1, cache_bytes)
-            + state_bytes(spec, 1, state_dtype_bytes))
+    check_nonnegative_int(context_len, "context_len")
+    check_byte_sizes(cache_bytes=cache_bytes, state_dtype_bytes=state_dtype_bytes)
+    return _memory_per_sequence(spec, context_len, cache_bytes, state_dtype_bytes)
+
+
+def _memory_per_sequence(spec: ArchSpec, context_len: int, cache_bytes: float,
+                         state_dtype_bytes: float) -> float:
+    return (_kv_cache_bytes(spec, context_len, 1, cache_bytes)
+            + _state_bytes(spec, 1, state_dtype_bytes))
 
 
 def hybrid_cache_bytes(spec: ArchSpec, ratio: int | None, context_len: int,
@@ -157,13 +177,13 @@ def hybrid_cache_bytes(spec: ArchSpec, ratio: int | None, context_len: int,
     entries are ``cache_dtype_bytes`` each (bf16: 2), states ``state_dtype_bytes`` (float32: 4).
     """
     check_spec(spec)
-    nonneg_int("context_len", context_len)
-    byte_sizes(cache_dtype_bytes=cache_dtype_bytes, state_dtype_bytes=state_dtype_bytes)
+    check_nonnegative_int(context_len, "context_len")
+    check_byte_sizes(cache_dtype_bytes=cache_dtype_bytes, state_dtype_bytes=state_dtype_bytes)
     s = hybrid_spec(spec, ratio)
-    kv = kv_cache_bytes(s, context_len, 1, cache_dtype_bytes)
-    st = state_bytes(s, 1, state_dtype_bytes)
-    per_attn = as_bytes(kv_numbers_per_layer(s) * context_len * cache_dtype_bytes)
-    per_kda = as_bytes(sum(state_numbers_per_layer(s).values()) * state_dtype_bytes)
+    kv = _kv_cache_bytes(s, context_len, 1, cache_dtype_bytes)
+    st = _state_bytes(s, 1, state_dtype_bytes)
+    per_attn = as_bytes(_kv_numbers_per_layer(s) * context_len * cache_dtype_bytes)
+    per_kda = as_bytes(sum(_state_numbers_per_layer(s).values()) * state_dtype_bytes)
     kinds = s.layer_mixers
     return {"kv": kv, "state": st, "total": kv + st, "kinds": list(kinds),
             "per_layer": [per_kda if k == "kda" else per_attn for k in kinds]}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpt2k3.accounting._checks import is_int as _is_int
-from gpt2k3.accounting.spec import ArchSpec
+from gpt2k3.accounting.spec import ArchSpec, check_spec
+from gpt2k3.checks import is_int
 
 __all__ = ["ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
            "PART_COMPONENTS", "PART_OF_DETAIL", "packed_bytes_per_weight", "checkpoint_bytes",
@@ -159,6 +159,42 @@ def _vision(spec: ArchSpec) -> dict[str, int]:
     return spec.vision.params(spec.d_model) if spec.vision is not None else {}
 
 
+def _param_parts(spec: ArchSpec) -> tuple[dict[str, int], dict[str, int], int]:
+    """The core of :func:`count_params`: the parameters of ``spec`` by part
+    (:data:`PART_COMPONENTS`), the active ones by part, and the matmul-active count."""
+    d, V = spec.d_model, spec.vocab_size
+    norm = d * (2 if spec.norm == "layernorm" and spec.bias else 1)
+    attn, attn_mm = (_mla_layer if spec.attention == "mla" else _mha_layer)(spec)
+    attn_gate = _mla_gate(spec) if spec.attention == "mla" else 0
+    kda, kda_mm = _kda_layer(spec) if spec.kda_layers else (0, 0)
+    kda_gate = _kda_gate(spec) if spec.kda_layers else 0
+    n_attn, n_kda, n_moe = spec.n_attention_layers, spec.n_kda_layers, spec.n_moe_layers
+    w = spec.moe_latent_dim
+    latent_mm = 2 * d * w                                   # routed_expert_down/up_proj
+    parts = {
+        "token embeddings": V * d,
+        "position embeddings": spec.max_positions * d if spec.position == "learned" else 0,
+        "softmax attention": n_attn * (attn - attn_gate),
+        "softmax-attention output gates": n_attn * attn_gate,
+        "linear attention": n_kda * (kda - kda_gate),
+        "linear-attention output gates": n_kda * kda_gate,
+        "dense MLP": spec.n_dense_layers * _mlp(d, spec.ffn_dim, spec.mlp, spec.bias),
+        "router": n_moe * spec.n_routed_experts * d,
+        "latent projections": n_moe * (latent_mm + (w if spec.moe_latent_norm else 0)),
+        "shared experts": n_moe * spec.n_shared_experts * 3 * d * spec.d_expert,
+        "routed experts": n_moe * spec.n_routed_experts * spec.expert_params,
+        "attention residuals": (4 * spec.n_layer + 2) * d if spec.attn_res_block_size else 0,
+        "norms": (2 * spec.n_layer + 1) * norm,
+        "head": 0 if spec.tied_embeddings else V * d,
+    }
+    active = dict(parts, **{"routed experts": n_moe * spec.top_k * spec.expert_params})
+    matmul = (n_attn * attn_mm + n_kda * kda_mm
+              + spec.n_dense_layers * _mlp(d, spec.ffn_dim, spec.mlp, False)
+              + parts["router"] + n_moe * latent_mm + parts["shared experts"]
+              + active["routed experts"] + V * d)        # the head's matmul, tied or not
+    return parts, active, matmul
+
+
 def count_params(spec: ArchSpec) -> ParamCount:
     """Count the parameters of ``spec``, component by component, and the active ones.
 
@@ -171,43 +207,16 @@ def count_params(spec: ArchSpec) -> ParamCount:
     two norms; with Attention Residuals two more RMSNorm gains and two query vectors
     (``d`` each).  One final norm (plus, with Attention Residuals, the final read's norm and
     query vector); the head is free when tied to the token embedding.  A vision tower is
-    counted apart (:attr:`ParamCount.vision`).
+    counted apart (:attr:`ParamCount.vision`).  :func:`_param_parts` is the count itself;
+    this entry checks ``spec`` and sums the parts into the coarser breakdowns.
     """
-    if not isinstance(spec, ArchSpec):
-        raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    d, V = spec.d_model, spec.vocab_size
-    norm = d * (2 if spec.norm == "layernorm" and spec.bias else 1)
-    attn, attn_mm = (_mla_layer if spec.attention == "mla" else _mha_layer)(spec)
-    attn_gate = _mla_gate(spec) if spec.attention == "mla" else 0
-    kda, kda_mm = _kda_layer(spec) if spec.kda_layers else (0, 0)
-    kda_gate = _kda_gate(spec) if spec.kda_layers else 0
-    n_attn, n_kda = spec.n_attention_layers, spec.n_kda_layers
-    expert, shared_expert = spec.expert_params, 3 * d * spec.d_expert
-    n_moe = spec.n_moe_layers
-    w = spec.moe_latent_dim
-    latent_mm = 2 * d * w                                   # routed_expert_down/up_proj
-    latent = latent_mm + (w if spec.moe_latent_norm else 0)  # + routed_expert_norm
-    dense_mlp = _mlp(d, spec.ffn_dim, spec.mlp, spec.bias)
-    dense_mlp_mm = _mlp(d, spec.ffn_dim, spec.mlp, False)
-    attn_res = (4 * spec.n_layer + 2) * d if spec.attn_res_block_size else 0
+    check_spec(spec)
+    return _count_params(spec)
 
-    parts = {
-        "token embeddings": V * d,
-        "position embeddings": spec.max_positions * d if spec.position == "learned" else 0,
-        "softmax attention": n_attn * (attn - attn_gate),
-        "softmax-attention output gates": n_attn * attn_gate,
-        "linear attention": n_kda * (kda - kda_gate),
-        "linear-attention output gates": n_kda * kda_gate,
-        "dense MLP": spec.n_dense_layers * dense_mlp,
-        "router": n_moe * spec.n_routed_experts * d,
-        "latent projections": n_moe * latent,
-        "shared experts": n_moe * spec.n_shared_experts * shared_expert,
-        "routed experts": n_moe * spec.n_routed_experts * expert,
-        "attention residuals": attn_res,
-        "norms": (2 * spec.n_layer + 1) * norm,
-        "head": 0 if spec.tied_embeddings else V * d,
-    }
-    active_parts = dict(parts, **{"routed experts": n_moe * spec.top_k * expert})
+
+def _count_params(spec: ArchSpec) -> ParamCount:
+    """:func:`count_params` of an already-checked spec (the accounting modules' internal form)."""
+    parts, active_parts, matmul = _param_parts(spec)
     detail, active_detail = dict.fromkeys(DETAIL_COMPONENTS, 0), dict.fromkeys(DETAIL_COMPONENTS, 0)
     for name in PART_COMPONENTS:
         detail[PART_OF_DETAIL[name]] += parts[name]
@@ -215,9 +224,6 @@ def count_params(spec: ArchSpec) -> ParamCount:
     breakdown = dict.fromkeys(COMPONENTS, 0)
     for name, value in detail.items():
         breakdown[_COARSE[name]] += value
-    matmul = (n_attn * attn_mm + n_kda * kda_mm + spec.n_dense_layers * dense_mlp_mm
-              + parts["router"] + n_moe * latent_mm + parts["shared experts"]
-              + active_parts["routed experts"] + V * d)        # the head's matmul, tied or not
     vision = _vision(spec)
     return ParamCount(total=sum(parts.values()), active=sum(active_parts.values()),
                       breakdown=breakdown, detail=detail, active_detail=active_detail,
@@ -244,9 +250,9 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
     Returns the parts (``"unpacked parameters"``, ``"packed experts"``, ``"expert scales"``,
     ``"router biases"``, ``"A_log padding"``, ``"vision tower"``) and their ``"total"``.
     """
-    if not _is_int(group_size) or group_size <= 0:
+    if not is_int(group_size) or group_size <= 0:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    if expert_bits is not None and not _is_int(expert_bits):
+    if expert_bits is not None and not is_int(expert_bits):
         raise ValueError(f"expert_bits must be None or one of 1, 2, 4, 8, got {expert_bits!r}")
     c = count_params(spec)
     routed = c.parts["routed experts"]
@@ -254,7 +260,7 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
     if expert_bits is not None:
         if expert_bits not in (1, 2, 4, 8):
             raise ValueError(f"expert_bits must be None or one of 1, 2, 4, 8, got {expert_bits!r}")
-        if not _is_int(group_size) or group_size <= 0:
+        if not is_int(group_size) or group_size <= 0:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
         per_byte = 8 // expert_bits
         for name, width in (("expert width", spec.expert_width), ("d_expert", spec.d_expert)):
@@ -262,7 +268,7 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
                 raise ValueError(f"group_size ({group_size}) and the packing ({per_byte} per "
                                  f"byte) must divide the {name} ({width})")
         packed, scales, routed = routed // per_byte, routed // group_size, 0
-    if a_log_stored is not None and (not _is_int(a_log_stored) or a_log_stored < spec.kda_n_head):
+    if a_log_stored is not None and (not is_int(a_log_stored) or a_log_stored < spec.kda_n_head):
         raise ValueError(f"a_log_stored must be None or an int >= kda_n_head "
                          f"({spec.kda_n_head}), got {a_log_stored!r}")
     parts = {
@@ -283,11 +289,11 @@ def packed_bytes_per_weight(bits: int = 4, group_size: int = 32, scale_bits: int
     share of one ``scale_bits`` scale per ``group_size`` weights.  MXFP4 (4-bit weights, one
     8-bit scale per 32, the format of Kimi K3's released routed experts): ``0.5 + 1/32 =
     0.53125``, the same bytes :func:`stored_elements` counts as uint8 elements."""
-    if not _is_int(bits) or bits not in (1, 2, 4, 8):
+    if not is_int(bits) or bits not in (1, 2, 4, 8):
         raise ValueError(f"bits must be one of 1, 2, 4, 8, got {bits!r}")
-    if not _is_int(group_size) or group_size <= 0:
+    if not is_int(group_size) or group_size <= 0:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-    if not _is_int(scale_bits) or scale_bits not in (8, 16, 32):
+    if not is_int(scale_bits) or scale_bits not in (8, 16, 32):
         raise ValueError(f"scale_bits must be one of 8, 16, 32, got {scale_bits!r}")
     return bits / 8 + scale_bits / 8 / group_size
 
@@ -338,7 +344,7 @@ def mtp_params(spec: ArchSpec, n_layers: int = 1) -> dict[str, int]:
     """
     if not isinstance(spec, ArchSpec):
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    if not _is_int(n_layers) or n_layers < 1:
+    if not is_int(n_layers) or n_layers < 1:
         raise ValueError(f"n_layers must be a positive int, got {n_layers!r}")
     # one more layer of spec's kind: the count of a spec one layer deeper, less the spec's own
     # (the extra layer is the last, so an attention layer and, for an MoE, an MoE block)

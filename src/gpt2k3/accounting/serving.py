@@ -26,24 +26,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpt2k3.accounting._checks import (
-    byte_sizes,
-    is_int,
-    nonneg_int,
-    positive_bytes,
-    positive_int,
-)
-from gpt2k3.accounting.decode import (
-    decode_bytes,
-    expected_distinct_experts,
-    weights_read_per_step,
-)
-from gpt2k3.accounting.flops import flops_per_token
+from gpt2k3.accounting.decode import (_decode_bytes, _weights_read_per_step,
+    expected_distinct_experts)
+from gpt2k3.accounting.flops import _flops_per_token
 from gpt2k3.accounting.hardware import H200, H200_BAND, Hardware
-from gpt2k3.accounting.memory import kv_cache_bytes, memory_per_sequence, state_bytes
-from gpt2k3.accounting.params import count_params, packed_bytes_per_weight
+from gpt2k3.accounting.memory import _kv_cache_bytes, _memory_per_sequence, _state_bytes
+from gpt2k3.accounting.params import _count_params, packed_bytes_per_weight
 from gpt2k3.accounting.spec import ArchSpec, check_spec, full_attention
 from gpt2k3.accounting.units import DTYPE_BYTES, STATE_DTYPE_BYTES
+from gpt2k3.checks import (check_byte_sizes, check_bytes, check_nonnegative_int,
+    check_positive_int, is_int)
 
 __all__ = ["serving_memory", "devices_needed", "max_batch", "Roofline", "roofline",
            "roofline_band", "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline",
@@ -74,7 +66,7 @@ def weight_format(name: str, allowed=None) -> tuple[float, float | None]:
 def _expert_bytes(weight_bytes: float, expert_bytes: float | None) -> float:
     if expert_bytes is None:
         return weight_bytes
-    positive_bytes("expert_bytes", expert_bytes)
+    check_bytes(expert_bytes, "expert_bytes")
     return expert_bytes
 
 
@@ -112,16 +104,23 @@ def serving_memory(spec: ArchSpec, context_len: int, batch: int = 1, weight_byte
     wider); activations, workspace and the runtime's own reserve are not counted.
     """
     check_spec(spec)
-    byte_sizes(cache_bytes=cache_bytes, state_dtype_bytes=state_dtype_bytes,
+    check_byte_sizes(cache_bytes=cache_bytes, state_dtype_bytes=state_dtype_bytes,
                expert_bytes=expert_bytes)
-    nonneg_int("batch", batch)
-    positive_bytes("weight_bytes", weight_bytes)
+    check_nonnegative_int(batch, "batch")
+    check_bytes(weight_bytes, "weight_bytes")
+    check_nonnegative_int(context_len, "context_len")
+    return _serving_memory(spec, context_len, batch, weight_bytes, cache_bytes,
+                           state_dtype_bytes, expert_bytes)
+
+
+def _serving_memory(spec, context_len, batch, weight_bytes, cache_bytes, state_dtype_bytes,
+                    expert_bytes) -> dict[str, float]:
     eb = _expert_bytes(weight_bytes, expert_bytes)
-    c = count_params(spec)
+    c = _count_params(spec)
     routed = c.parts["routed experts"]
     weights = (c.total - routed) * weight_bytes + routed * eb
-    cache = kv_cache_bytes(spec, context_len, batch, cache_bytes)
-    state = state_bytes(spec, batch, state_dtype_bytes)
+    cache = _kv_cache_bytes(spec, context_len, batch, cache_bytes)
+    state = _state_bytes(spec, batch, state_dtype_bytes)
     return {"weights": weights, "cache": cache, "state": state, "total": weights + cache + state}
 
 
@@ -134,11 +133,13 @@ def devices_needed(spec: ArchSpec, context_len: int, batch: int = 1, hardware: H
     anywhere.  :func:`serving_plan` lays the same bytes out by tensor and expert parallelism,
     which can need more."""
     check_spec(spec)
-    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
-    total = serving_memory(spec, context_len, batch, weight_bytes, cache_bytes,
-                           state_dtype_bytes, expert_bytes)["total"]
+    check_nonnegative_int(context_len, "context_len")
+    check_nonnegative_int(batch, "batch")
+    total = _serving_memory(spec, context_len, batch, weight_bytes, cache_bytes,
+                            state_dtype_bytes, expert_bytes)["total"]
     return max(1, math.ceil(total / hardware.memory_bytes))
 
 
@@ -150,16 +151,22 @@ def max_batch(spec: ArchSpec, context_len: int, hardware: Hardware = None, n_dev
     weights in the pooled memory of ``n_devices`` devices (0 when the weights alone do not
     fit): the *memory-limited batch*."""
     check_spec(spec)
-    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
     _n_devices(n_devices)
     if not is_int(context_len) or context_len < 1:
         raise ValueError(f"context_len must be a positive int, got {context_len!r}")
-    free = n_devices * hardware.memory_bytes - serving_memory(
+    return _max_batch(spec, context_len, hardware, n_devices, weight_bytes, cache_bytes,
+                      state_dtype_bytes, expert_bytes)
+
+
+def _max_batch(spec, context_len, hardware, n_devices, weight_bytes, cache_bytes,
+               state_dtype_bytes, expert_bytes) -> int:
+    free = n_devices * hardware.memory_bytes - _serving_memory(
         spec, context_len, 0, weight_bytes, cache_bytes, state_dtype_bytes,
         expert_bytes)["weights"]
-    per_sequence = memory_per_sequence(spec, context_len, cache_bytes, state_dtype_bytes)
+    per_sequence = _memory_per_sequence(spec, context_len, cache_bytes, state_dtype_bytes)
     return max(0, int(free // per_sequence))
 
 
@@ -228,16 +235,26 @@ def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardwar
     ``expert_bytes`` the routed experts a step reads take that many bytes per number.
     """
     check_spec(spec)
-    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
     _n_devices(n_devices)
-    moved = decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes,
-                         state_dtype_bytes).total
+    check_nonnegative_int(context_len, "context_len")
+    check_positive_int(batch, "batch")
+    if not isinstance(mla_absorbed, bool):
+        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    return _roofline(spec, context_len, batch, hardware, n_devices, weight_bytes, cache_bytes,
+                     state_dtype_bytes, mla_absorbed, expert_bytes)
+
+
+def _roofline(spec, context_len, batch, hardware, n_devices, weight_bytes, cache_bytes,
+              state_dtype_bytes, mla_absorbed, expert_bytes) -> Roofline:
+    moved = _decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes,
+                          state_dtype_bytes).total
     eb = _expert_bytes(weight_bytes, expert_bytes)
     if eb != weight_bytes:
         moved += _routed_read(spec, batch) * (eb - weight_bytes)
-    flops = flops_per_token(spec, context_len, mla_absorbed) * batch
+    flops = _flops_per_token(spec, context_len, mla_absorbed) * batch
     return Roofline(batch=batch, n_devices=n_devices, bytes_per_step=moved, flops_per_step=flops,
                     memory_s=moved / (n_devices * hardware.bandwidth),
                     compute_s=flops / (n_devices * hardware.peak_flops))
@@ -253,14 +270,19 @@ def roofline_band(spec: ArchSpec, context_len: int, batch: int = 1, band: dict |
     the sensitivity of the prediction to the bandwidth assumed.  The datasheet's 4.8 TB/s gives
     the fast end, the measured 4.55 TB/s decode read the slow end."""
     check_spec(spec)
-    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     band = H200_BAND if band is None else band
     if (not isinstance(band, dict) or not band
             or not all(isinstance(hw, Hardware) for hw in band.values())):
         raise ValueError(f"band must be a non-empty dict of Hardware, got {band!r}")
-    return {name: roofline(spec, context_len, batch, hw, n_devices, weight_bytes, cache_bytes,
-                           state_dtype_bytes, mla_absorbed, expert_bytes)
+    _n_devices(n_devices)
+    check_nonnegative_int(context_len, "context_len")
+    check_positive_int(batch, "batch")
+    if not isinstance(mla_absorbed, bool):
+        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    return {name: _roofline(spec, context_len, batch, hw, n_devices, weight_bytes, cache_bytes,
+                            state_dtype_bytes, mla_absorbed, expert_bytes)
             for name, hw in band.items()}
 
 
@@ -311,32 +333,34 @@ def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardwa
     all-attention spec.
     """
     check_spec(spec)
-    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
     full = full_attention(spec)
     kw = dict(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    kv_h, kv_f = (kv_cache_bytes(s, context_len, 1, cache_bytes) for s in (spec, full))
-    mem_h, mem_f = (memory_per_sequence(s, context_len, cache_bytes, state_dtype_bytes)
+    _n_devices(n_devices)
+    if not is_int(context_len) or context_len < 1:
+        raise ValueError(f"context_len must be a positive int, got {context_len!r}")
+    kv_h, kv_f = (_kv_cache_bytes(s, context_len, 1, cache_bytes) for s in (spec, full))
+    mem_h, mem_f = (_memory_per_sequence(s, context_len, cache_bytes, state_dtype_bytes)
                     for s in (spec, full))
     pair = (("hybrid", spec), ("full", full))
-    one = {name: roofline(s, context_len, 1, hardware, n_devices, **kw).per_token_s
-           for name, s in pair}
-    batch = {name: max_batch(s, context_len, hardware, n_devices, **kw) for name, s in pair}
+    step = dict(hardware=hardware, n_devices=n_devices, mla_absorbed=True, **kw)
+    one = {name: _roofline(s, context_len, 1, **step).per_token_s for name, s in pair}
+    batch = {name: _max_batch(s, context_len, hardware, n_devices, **kw) for name, s in pair}
     limited = equal = None
     if min(batch.values()) > 0:
-        limited = {name: roofline(s, context_len, batch[name], hardware, n_devices,
-                                  **kw).per_token_s
+        limited = {name: _roofline(s, context_len, batch[name], **step).per_token_s
                    for name, s in pair}
         b = min(batch.values())
-        equal = {name: roofline(s, context_len, b, hardware, n_devices, **kw).tpot_s
-                 for name, s in pair}
+        equal = {name: _roofline(s, context_len, b, **step).tpot_s for name, s in pair}
     # the hybrid with weights free: its cache and state traffic, or its FLOPs, per token
-    seq = {name: decode_bytes(s, context_len, 1, weight_bytes, cache_bytes,
-                              state_dtype_bytes).per_sequence for name, s in pair}
+    seq = {name: _decode_bytes(s, context_len, 1, weight_bytes, cache_bytes,
+                               state_dtype_bytes).per_sequence for name, s in pair}
     per_seq = seq["hybrid"] / (n_devices * hardware.bandwidth)
-    floor = max(per_seq, flops_per_token(spec, context_len) / (n_devices * hardware.peak_flops))
+    floor = max(per_seq, _flops_per_token(spec, context_len, True)
+                / (n_devices * hardware.peak_flops))
     ms = {"batch 1": {k: 1e3 * v for k, v in one.items()}}
     if limited:
         ms["memory-limited"] = {k: 1e3 * v for k, v in limited.items()}
@@ -382,7 +406,7 @@ def _plan_sizes(spec: ArchSpec, context_len: int, tp: int, wb: float, cb: float,
     """(shared weights per device, bytes of one routed expert in every MoE layer, cache and
     state of one sequence per device) for tensor-parallel degree ``tp``; routed experts in
     ``eb`` bytes per number (``None``: ``wb``)."""
-    c = count_params(spec)
+    c = _count_params(spec)
     shared = (c.total - c.detail["routed experts"]) * wb / tp
     expert_layers = spec.n_moe_layers * spec.expert_params * _expert_bytes(wb, eb)
     # An MLA latent belongs to the token, not to a head: every rank of a tensor-parallel group
@@ -392,8 +416,8 @@ def _plan_sizes(spec: ArchSpec, context_len: int, tp: int, wb: float, cb: float,
     else:
         cache_share = math.ceil(spec.kv_heads / tp) / spec.kv_heads
     state_share = (math.ceil(spec.kda_n_head / tp) / spec.kda_n_head) if spec.kda_layers else 0.0
-    cache = kv_cache_bytes(spec, context_len, 1, cb) * cache_share
-    state = state_bytes(spec, 1, sb) * state_share
+    cache = _kv_cache_bytes(spec, context_len, 1, cb) * cache_share
+    state = _state_bytes(spec, 1, sb) * state_share
     return shared, expert_layers, cache, state
 
 
@@ -420,9 +444,9 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
     outgrow one device).  Only memory is planned; :func:`roofline` gives the time.
     """
     check_spec(spec)
-    byte_sizes(expert_bytes=expert_bytes)
+    check_byte_sizes(expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
-    nonneg_int("context_len", context_len)
+    check_nonnegative_int(context_len, "context_len")
     if not is_int(batch) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     if not is_int(tp) or not 1 <= tp <= hardware.per_machine:
@@ -430,7 +454,7 @@ def serving_plan(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Har
                          f"parallelism stays inside one machine), got {tp!r}")
     for name, value in (("weight_bytes", weight_bytes), ("cache_bytes", cache_bytes),
                         ("state_dtype_bytes", state_dtype_bytes)):
-        positive_bytes(name, value)
+        check_bytes(value, name)
     if not is_int(max_devices) or max_devices < tp:
         raise ValueError(f"max_devices must be an int >= tp, got {max_devices!r}")
     shared, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes,
@@ -482,27 +506,50 @@ def _hypergeom(lf, pop: int, good, draws, j):
     return np.where(ok, np.exp(logp), 0.0)
 
 
+#: Routing more tokens than this changes the distinct-expert distribution by less than this
+#: share of its mass (far below float64's 2**-53): it has saturated.
+_SATURATED = 2.0 ** -64
+
+
+def _saturation_batch(n_experts: int, top_k: int) -> int:
+    """The batch from which ``batch`` tokens leave any expert unpicked with probability below
+    :data:`_SATURATED`: ``P(D < E) <= E (1 - k/E)^B`` (a union bound over the experts), solved
+    for ``B``. Independent of the batch asked for; about 2,900 for Kimi K3 (896 experts, 16 a
+    token)."""
+    if top_k >= n_experts:
+        return 1                                     # one token picks every expert
+    return max(1, math.ceil(math.log(_SATURATED / n_experts) / math.log1p(-top_k / n_experts)))
+
+
+def _one_token(p, steps, n_experts: int):
+    """The law of the distinct-expert count after one more token: from ``u`` distinct so far,
+    its picks add ``j`` new ones with probability ``steps[j][u]``."""
+    import numpy as np
+    q = np.zeros_like(p)
+    for j, w in enumerate(steps):
+        q[j:] += (p * w)[:n_experts + 1 - j]
+    return q
+
+
 def _distinct_experts_distribution(n_experts: int, top_k: int, batch: int) -> list[float]:
     """The distribution of the number of distinct experts ``batch`` tokens touch in one MoE
     layer (each token picks ``top_k`` of ``n_experts`` uniformly, without repeats, independently
     of the others): element ``d`` is the probability of exactly ``d``.  Its mean is
-    :func:`~gpt2k3.accounting.decode.expected_distinct_experts`."""
+    :func:`~gpt2k3.accounting.decode.expected_distinct_experts`.
+
+    Exact, token by token, up to :func:`_saturation_batch` tokens; past it the law has
+    saturated (all but a ``2**-64`` share of the mass sits on "every expert"), so the work is
+    bounded by ``(top_k + 1) * _saturation_batch`` vector steps whatever the batch.  The
+    arguments are checked by the public entry.
+    """
     import numpy as np
-    positive_int("n_experts", n_experts)
-    if not is_int(top_k) or not 1 <= top_k <= n_experts:
-        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
-    positive_int("batch", batch)
     lf = _log_factorials(n_experts)
     u = np.arange(n_experts + 1)
-    # one token at a time: from u distinct so far, its top_k picks add j new ones
     steps = [_hypergeom(lf, n_experts, n_experts - u, top_k, j) for j in range(top_k + 1)]
     p = np.zeros(n_experts + 1)
     p[0] = 1.0
-    for _ in range(batch):
-        q = np.zeros_like(p)
-        for j, w in enumerate(steps):
-            q[j:] += (p * w)[:n_experts + 1 - j]
-        p = q
+    for _ in range(min(batch, _saturation_batch(n_experts, top_k))):
+        p = _one_token(p, steps, n_experts)
         if p[n_experts] >= 1.0:  # every expert already touched: nothing left to change
             break
     return [float(x) for x in p]
@@ -521,14 +568,10 @@ def _busiest_experts(n_experts: int, top_k: int, batch: int, n_devices: int) -> 
     (:func:`_distinct_experts_distribution` gives ``D``'s law), and the chance that no device
     holds more than ``m`` of a uniform subset follows device by device from hypergeometric
     draws.  It is at least the mean load ``ceil(E/n) (1 - (1 - k/E)^B)`` for equal shares and
-    at most ``ceil(E/n)``.
+    at most ``ceil(E/n)``.  Its work does not grow with ``batch`` (see
+    :func:`_distinct_experts_distribution`).  The arguments are checked by the public entry.
     """
     import numpy as np
-    positive_int("n_experts", n_experts)
-    if not is_int(top_k) or not 1 <= top_k <= n_experts:
-        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
-    positive_int("batch", batch)
-    positive_int("n_devices", n_devices)
     dist = np.asarray(_distinct_experts_distribution(n_experts, top_k, batch))
     d_all = np.arange(n_experts + 1)
     if n_devices == 1:
@@ -564,12 +607,6 @@ def _busiest_experts_sampled(n_experts: int, top_k: int, batch: int, n_devices: 
     ``trials`` times with a seeded generator and average the busiest device's count (for the
     tests; its result carries sampling error)."""
     import random
-    positive_int("n_experts", n_experts)
-    if not is_int(top_k) or not 1 <= top_k <= n_experts:
-        raise ValueError(f"top_k must be an int in [1, n_experts={n_experts}], got {top_k!r}")
-    positive_int("batch", batch)
-    positive_int("n_devices", n_devices)
-    positive_int("trials", trials)
     base, extra = divmod(n_experts, n_devices)
     owner = []
     for dev in range(n_devices):
@@ -597,8 +634,8 @@ def expected_busiest_experts(spec: ArchSpec, batch: int = 1, n_devices: int = 1)
     load ``ceil(E/n) (1 - (1 - k/E)^batch)``, is what :func:`plan_roofline` charges.  0.0 for a
     model without routed experts."""
     check_spec(spec)
-    positive_int("batch", batch)
-    positive_int("n_devices", n_devices)
+    check_positive_int(batch, "batch")
+    check_positive_int(n_devices, "n_devices")
     if not spec.is_moe:
         return 0.0
     return _busiest_experts(spec.n_routed_experts, spec.top_k, batch, n_devices)
@@ -610,9 +647,9 @@ def expected_busiest_experts_sampled(spec: ArchSpec, batch: int = 1, n_devices: 
     batch drawn with ``random.Random(seed)``, the busiest device's count averaged (carries
     sampling error; for the tests)."""
     check_spec(spec)
-    positive_int("batch", batch)
-    positive_int("n_devices", n_devices)
-    positive_int("trials", trials)
+    check_positive_int(batch, "batch")
+    check_positive_int(n_devices, "n_devices")
+    check_positive_int(trials, "trials")
     if not is_int(seed):
         raise ValueError(f"seed must be an int, got {seed!r}")
     if not spec.is_moe:
@@ -647,8 +684,8 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     deployment and ``per_token_s`` divides it by ``batch``.  Communication is still ignored.
     """
     check_spec(spec)
-    nonneg_int("context_len", context_len)
-    byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+    check_nonnegative_int(context_len, "context_len")
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
                state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
     if not isinstance(plan, ServingPlan):
@@ -657,8 +694,8 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     tp, n = plan.tp, plan.n_devices
     experts_needed = math.ceil(spec.n_routed_experts / n) if spec.is_moe else 0
-    shared_needed = ((count_params(spec).total - count_params(spec).detail["routed experts"])
-                     * weight_bytes / tp)
+    c = _count_params(spec)
+    shared_needed = (c.total - c.detail["routed experts"]) * weight_bytes / tp
     if (plan.experts_per_device != experts_needed
             or not math.isclose(plan.per_device.get("shared weights", -1.0), shared_needed,
                                 rel_tol=1e-9)):
@@ -670,12 +707,11 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     seqs = min(plan.sequences_per_group, batch)
     _, expert_layers, cache, state = _plan_sizes(spec, context_len, tp, weight_bytes, cache_bytes,
                                                  state_dtype_bytes, expert_bytes)
-    c = count_params(spec)
     expert = spec.expert_params
     touched_all = (expected_distinct_experts(spec.n_routed_experts, spec.top_k, seqs)
                    if spec.is_moe else 0.0)
-    shared_read = weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
-    busiest = expected_busiest_experts(spec, batch, n)
+    shared_read = _weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
+    busiest = _busiest_experts(spec.n_routed_experts, spec.top_k, batch, n) if spec.is_moe else 0.0
     experts_read = busiest * expert_layers
     moved = shared_read * weight_bytes / tp + experts_read + seqs * (cache + 2 * state)
     # FLOPs: the group's tokens through the shared matmuls (split tp ways), the device's share
@@ -684,7 +720,9 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     shared_flops = 2 * seqs * (c.matmul_active - routed_active) / tp
     expert_flops = (2 * batch * routed_active * plan.experts_per_device / spec.n_routed_experts
                     if spec.is_moe else 0.0)
-    mixing = flops_per_token(spec, context_len, mla_absorbed) - 2 * c.matmul_active
+    if not isinstance(mla_absorbed, bool):
+        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    mixing = _flops_per_token(spec, context_len, mla_absorbed) - 2 * c.matmul_active
     flops = shared_flops + expert_flops + seqs * mixing / tp
     return Roofline(batch=batch, n_devices=1, bytes_per_step=moved, flops_per_step=flops,
                     memory_s=moved / hardware.bandwidth, compute_s=flops / hardware.peak_flops)

@@ -2,10 +2,9 @@
 
 An :class:`ArchSpec` describes a decoder-only architecture; the rest of
 :mod:`gpt2k3.accounting` counts what it costs without building it.  The schedules of a
-KDA / attention hybrid are written here once: :func:`hybrid_layers` ("``ratio`` KDA layers,
-then one attention layer"), :func:`kda_layers_from_full_attn` (a Kimi ``config.json``'s
-1-based ``full_attn_layers``) and :func:`hybrid_spec` (a spec under a ``ratio``:1 schedule,
-``ratio=None`` meaning every layer KDA).
+KDA / attention hybrid is written here once, :func:`hybrid_layers` ("``ratio`` KDA layers,
+then one attention layer", the rule of Kimi Linear and Kimi K3 alike); :func:`hybrid_spec`
+applies it to a spec (``ratio=None`` meaning every layer KDA).
 """
 
 from __future__ import annotations
@@ -13,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from gpt2k3.accounting._checks import is_int as _is_int
+from gpt2k3.checks import is_int
+
 
 __all__ = ["ArchSpec", "VisionTower", "ATTENTION_KINDS", "NORMS", "MLPS", "POSITIONS",
-           "hybrid_layers", "kda_layers_from_full_attn", "hybrid_spec", "full_attention",
+           "hybrid_layers", "hybrid_spec", "full_attention",
            "ratio_label"]
 
 #: Softmax-attention kinds a spec's ``attention`` field may name.
@@ -57,10 +57,10 @@ class VisionTower:
         for name in ("n_layer", "d_model", "n_head", "qkv_dim", "d_ff", "patch_size",
                      "pos_emb_height", "pos_emb_width", "in_channels"):
             value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         kernel = tuple(self.merge_kernel) if hasattr(self.merge_kernel, "__iter__") else ()
-        if len(kernel) != 2 or any(not _is_int(k) or k <= 0 for k in kernel):
+        if len(kernel) != 2 or any(not is_int(k) or k <= 0 for k in kernel):
             raise ValueError(f"merge_kernel must be two positive ints, got {self.merge_kernel!r}")
         object.__setattr__(self, "merge_kernel", kernel)
         if self.qkv_dim % self.n_head:
@@ -70,7 +70,7 @@ class VisionTower:
     def params(self, text_d_model: int) -> dict[str, int]:
         """Parameters by part (``"patch embedding"``, ``"position embedding"``, ``"blocks"``,
         ``"final norm"``, ``"projector"``) for a language model of width ``text_d_model``."""
-        if not _is_int(text_d_model) or text_d_model <= 0:
+        if not is_int(text_d_model) or text_d_model <= 0:
             raise ValueError(f"text_d_model must be a positive int, got {text_d_model!r}")
         d, q, f = self.d_model, self.qkv_dim, self.d_ff
         m = d * self.merge_kernel[0] * self.merge_kernel[1]
@@ -177,17 +177,17 @@ class ArchSpec:
     def __post_init__(self):
         for name in ("vocab_size", "n_layer", "d_model", "n_head"):
             value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         for name in ("d_ff", "n_kv_head", "d_head", "q_lora_rank"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value <= 0):
+            if value is not None and (not is_int(value) or value <= 0):
                 raise ValueError(f"{name} must be None or a positive int, got {value!r}")
         for name in ("max_positions", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                      "v_head_dim", "kda_n_head", "kda_head_dim", "kda_conv_kernel",
                      "n_routed_experts", "n_shared_experts", "top_k", "d_expert", "first_k_dense"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         for name, value, allowed in (("norm", self.norm, NORMS), ("mlp", self.mlp, MLPS),
                                      ("position", self.position, POSITIONS),
@@ -200,7 +200,7 @@ class ArchSpec:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("moe_latent_dim", "attn_res_block_size"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
         if self.vision is not None and not isinstance(self.vision, VisionTower):
             raise ValueError(f"vision must be None or a VisionTower, got {self.vision!r}")
@@ -242,7 +242,7 @@ class ArchSpec:
         if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
             raise ValueError(f"kda_layers must be a sequence of layer indices, got {layers!r}")
         layers = tuple(layers)
-        if any(not _is_int(i) or not 0 <= i < self.n_layer for i in layers):
+        if any(not is_int(i) or not 0 <= i < self.n_layer for i in layers):
             raise ValueError(f"kda_layers must hold 0-based layer indices in [0, n_layer="
                              f"{self.n_layer}), got {layers!r}")
         if len(set(layers)) != len(layers):
@@ -360,45 +360,28 @@ class ArchSpec:
 
 
 def hybrid_layers(n_layer: int, ratio: int) -> tuple[int, ...]:
-    """0-based indices of the linear-state layers of a ``ratio``:1 hybrid, Kimi Linear style.
+    """0-based indices of the linear-state layers of a ``ratio``:1 hybrid: the book's one
+    layer schedule (:func:`gpt2k3.models.hybrid.hybrid_schedule`, :func:`gpt2k3.models.k3.tiny_k3`
+    and :data:`gpt2k3.archs.KIMI_K3` all call it).
 
     Layers come in groups of ``ratio + 1``: ``ratio`` KDA layers, then one attention layer; the
     last layer is always attention.  ``ratio=0`` gives ``()`` (all attention).  With
     ``n_layer=27, ratio=3`` the attention layers are 4, 8, ..., 24 and 27 (1-based), Kimi
-    Linear 48B's published schedule.
+    Linear 48B's published schedule; with ``n_layer=93`` they are 4, 8, ..., 92 and 93, Kimi
+    K3's ``full_attn_layers``.
     """
-    if not _is_int(n_layer) or n_layer <= 0:
+    if not is_int(n_layer) or n_layer <= 0:
         raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
-    if not _is_int(ratio) or ratio < 0:
+    if not is_int(ratio) or ratio < 0:
         raise ValueError(f"ratio must be a non-negative int, got {ratio!r}")
     return tuple(i for i in range(n_layer - 1) if (i + 1) % (ratio + 1))
-
-
-def kda_layers_from_full_attn(n_layer: int, full_attn_layers) -> tuple[int, ...]:
-    """0-based KDA layer indices from a Kimi ``config.json``'s 1-based ``full_attn_layers``.
-
-    Every layer not listed is a KDA layer.  An index outside ``[1, n_layer]``, a repeat or a
-    non-integer raises ``ValueError`` (a schedule that names a layer the model does not have).
-    """
-    if not _is_int(n_layer) or n_layer <= 0:
-        raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
-    if isinstance(full_attn_layers, (str, bytes)) or not hasattr(full_attn_layers, "__iter__"):
-        raise ValueError(f"full_attn_layers must be a sequence of 1-based layer indices, got "
-                         f"{full_attn_layers!r}")
-    full = tuple(full_attn_layers)
-    if any(not _is_int(i) or not 1 <= i <= n_layer for i in full):
-        raise ValueError(f"full_attn_layers must hold 1-based layer indices in [1, n_layer="
-                         f"{n_layer}], got {full!r}")
-    if len(set(full)) != len(full):
-        raise ValueError(f"full_attn_layers must not repeat a layer, got {full!r}")
-    return tuple(i for i in range(n_layer) if i + 1 not in set(full))
 
 
 def ratio_label(ratio: int | None) -> str:
     """``0 -> 'all attention'``, ``3 -> '3:1'``, ``None -> 'all KDA'`` (see :func:`hybrid_spec`)."""
     if ratio is None:
         return "all KDA"
-    if not _is_int(ratio) or ratio < 0:
+    if not is_int(ratio) or ratio < 0:
         raise ValueError(f"ratio must be None (all KDA) or a non-negative int, got {ratio!r}")
     return "all attention" if ratio == 0 else f"{ratio}:1"
 

@@ -20,3 +20,8 @@ def dtype_bytes(name: str, dtype: str, allowed=None) -> float:
     if not isinstance(dtype, str) or dtype not in choices or dtype not in DTYPE_BYTES:
         raise ValueError(f"{name} must be one of {choices}, got {dtype!r}")
     return DTYPE_BYTES[dtype]
+
+
+def as_bytes(x: float) -> int | float:
+    """Whole bytes as an ``int``; sub-byte formats (int4) may leave a fraction."""
+    return int(x) if float(x).is_integer() else x

@@ -47,6 +47,12 @@ section 2.1: "W_UK can be absorbed into W_UQ, and W_UV into W_O"); the layout an
 are those of DeepSeek-V3 (arXiv:2412.19437) as implemented by Hugging Face's
 ``DeepseekV3Attention``, against which ``tests/test_mla.py`` checks this module.
 
+Kimi K3's MLA is the same class with two fields of :class:`MLAConfig` set: ``rope=False``
+(``mla_use_nope``: nothing rotated, the ``qk_rope_head_dim`` part used as it is) and
+``output_gate=True`` (``mla_use_output_gate``: the head outputs multiplied by
+``sigmoid(x W_g)`` before ``o_proj``). Every form -- training, naive and absorbed decode --
+runs through the same helpers, so each change sits on one line.
+
 RoPE convention: with ``rope_interleave=True`` (DeepSeek's checkpoints) the rotary dimensions are
 paired as ``(x0, x1), (x2, x3), ...``; with ``False`` they are paired as ``(x_i, x_{i+d/2})``
 ("rotate half"). Pair ``i`` is rotated by angle ``position * rope_theta ** (-2 i / d)``.
@@ -65,7 +71,7 @@ from gpt2k3.cache import LayerCache
 from gpt2k3.checks import check_layer_input, check_positive_int
 from gpt2k3.layers.norms import RMSNorm
 
-__all__ = ["MLAConfig", "MLA", "LatentCache", "apply_rope", "latent_numbers_per_token", "mha_equivalent_numbers_per_token", "compare_decodes", "GatedNoPEMLA", "GatedRoPEMLA"]
+__all__ = ["MLAConfig", "MLA", "LatentCache", "apply_rope", "latent_numbers_per_token", "mha_equivalent_numbers_per_token", "compare_decodes"]
 
 
 @dataclass
@@ -76,7 +82,9 @@ class MLAConfig:
     ``q_lora_rank=None`` means queries come from a direct ``q_proj`` (DeepSeek-V2-Lite style).
     ``max_len`` is the default capacity of a cache made by :meth:`MLA.new_cache`.
     ``rope_interleave`` selects the RoPE pairing (see the module docstring); ``norm_eps`` is the
-    epsilon of the two RMSNorms (DeepSeek uses 1e-6 for both).
+    epsilon of the two RMSNorms (DeepSeek uses 1e-6 for both). Kimi K3's two changes: ``rope``
+    False is ``mla_use_nope`` (nothing rotated), ``output_gate`` True is ``mla_use_output_gate``
+    (a sigmoid gate on the head outputs, see :class:`MLA`).
     """
 
     d_model: int
@@ -90,6 +98,8 @@ class MLAConfig:
     max_len: int = 4096
     rope_interleave: bool = True
     norm_eps: float = 1e-6
+    rope: bool = True
+    output_gate: bool = False
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
@@ -106,6 +116,9 @@ class MLAConfig:
         if not (isinstance(self.norm_eps, (int, float)) and not isinstance(self.norm_eps, bool)
                 and math.isfinite(self.norm_eps) and self.norm_eps > 0):
             raise ValueError(f"norm_eps must be a finite number > 0, got {self.norm_eps!r}")
+        for name in ("rope_interleave", "rope", "output_gate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def hidden_size(self) -> int:
@@ -156,15 +169,18 @@ class MLAConfig:
     def from_spec(cls, spec, **overrides) -> "MLAConfig":
         """The MLA layer of an :class:`gpt2k3.accounting.ArchSpec` with ``attention="mla"``.
 
-        ``max_len`` defaults to the spec's ``max_positions``; other fields (``rope_theta``, ...)
-        keep their defaults unless given in ``overrides``.
+        ``max_len`` defaults to the spec's ``max_positions``, ``rope`` is on unless the spec's
+        ``position`` is ``"none"`` (Kimi Linear, Kimi K3), ``output_gate`` is the spec's
+        ``mla_output_gate``; other fields (``rope_theta``, ...) keep their defaults unless given
+        in ``overrides``.
         """
         if getattr(spec, "attention", None) != "mla":
             raise ValueError(f"spec must be an ArchSpec with attention='mla', got {spec!r}")
         sizes = dict(d_model=spec.d_model, n_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,
                      kv_lora_rank=spec.kv_lora_rank, qk_nope_head_dim=spec.qk_nope_head_dim,
                      qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
-                     max_len=spec.max_positions or 4096)
+                     max_len=spec.max_positions or 4096, rope=spec.position != "none",
+                     output_gate=spec.mla_output_gate)
         return cls(**{**sizes, **overrides})
 
 
@@ -229,6 +245,8 @@ class LatentCache(LayerCache):
     def batch_size(self) -> int:
         return self.c_kv.shape[0]
 
+    batch = batch_size  # the name of the cache protocol (gpt2k3.cache.LayerCache)
+
     @property
     def max_len(self) -> int:
         return self.c_kv.shape[1]
@@ -249,20 +267,16 @@ class LatentCache(LayerCache):
         return self.nbytes * self.length // self.max_len
 
     def extend(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``T`` new positions at ``length``, move ``length`` by ``T`` and return the
-        filled part (as :meth:`view`).
-
-        ``c_kv`` is ``(B, T, kv_lora_rank)`` (normalised), ``k_rope`` ``(B, T, qk_rope_head_dim)``
-        (rotated).
-        """
-        b, r, dr = self.batch_size, self.c_kv.shape[2], self.k_rope.shape[2]
-        if not isinstance(c_kv, torch.Tensor) or c_kv.dim() != 3 or c_kv.shape[0] != b or c_kv.shape[2] != r:
-            shape = tuple(c_kv.shape) if isinstance(c_kv, torch.Tensor) else type(c_kv).__name__
-            raise ValueError(f"c_kv must have shape (B={b}, T, {r}), got {shape}")
-        t = c_kv.shape[1]
-        if not isinstance(k_rope, torch.Tensor) or tuple(k_rope.shape) != (b, t, dr):
-            shape = tuple(k_rope.shape) if isinstance(k_rope, torch.Tensor) else type(k_rope).__name__
-            raise ValueError(f"k_rope must have shape ({b}, {t}, {dr}), got {shape}")
+        """Write ``T`` new positions at ``length`` (``c_kv`` ``(B, T, kv_lora_rank)`` normalised,
+        ``k_rope`` ``(B, T, qk_rope_head_dim)`` rotated), move ``length`` by ``T`` and return the
+        filled part (as :meth:`view`)."""
+        t = c_kv.shape[1] if isinstance(c_kv, torch.Tensor) and c_kv.dim() == 3 else None
+        for value, name, buffer in ((c_kv, "c_kv", self.c_kv), (k_rope, "k_rope", self.k_rope)):
+            want = (self.batch_size, t, buffer.shape[2])
+            if t is None or not isinstance(value, torch.Tensor) or tuple(value.shape) != want:
+                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"{name} must have shape (B, T, {buffer.shape[2]}) = {want} (T "
+                                 f"from c_kv), got {got}")
         start = self.length
         self._advance(t)
         self.c_kv[:, start:self.length] = c_kv
@@ -278,10 +292,21 @@ class MLA(nn.Module):
     """One multi-head latent attention layer; inputs and outputs are ``(B, T, d_model)``.
 
     Parameter names match Hugging Face's ``DeepseekV3Attention`` (no biases), so its state dict
-    loads directly.
+    loads directly. Two fields of :class:`MLAConfig` make it Kimi K3's layer (SGLang
+    ``KimiK3MLAAttention``): ``rope=False`` (``mla_use_nope``) uses the ``qk_rope_head_dim``
+    part of the queries and of the shared key unrotated, so no score depends on position
+    (order reaches the layer through the causal mask and the KDA layers); ``output_gate=True``
+    (``mla_use_output_gate``) multiplies the concatenated head outputs by ``sigmoid(x W_g)``,
+    ``g_proj`` of ``d_model x n_heads v_head_dim``, before ``o_proj``. Both enter every form.
     """
 
+    #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
+    #: several tokens, and every step when False, use the expanded form (:meth:`decode_naive`)
+    absorb: bool = True
+
     def __init__(self, cfg: MLAConfig) -> None:
+        if not isinstance(cfg, MLAConfig):
+            raise ValueError(f"cfg must be an MLAConfig, got {type(cfg).__name__}")
         super().__init__()
         self.cfg = cfg
         h, d = cfg.n_heads, cfg.d_model
@@ -296,100 +321,19 @@ class MLA(nn.Module):
         self.kv_b_proj = nn.Linear(cfg.kv_lora_rank, h * (cfg.qk_nope_head_dim + cfg.v_head_dim),
                                    bias=False)
         self.o_proj = nn.Linear(h * cfg.v_head_dim, d, bias=False)
-
-    # ------------------------------------------------------------------ building blocks
-    def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
-        check_layer_input(x, name, self.cfg.d_model, self.kv_a_proj_with_mqa.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})")
-
-    @staticmethod
-    def _positions(start: int, length: int) -> torch.Tensor:
-        return torch.arange(start, start + length)
-
-    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return apply_rope(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
-
-    def _queries(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``q_nope`` ``(B, H, T, qk_nope_head_dim)`` and roped ``q_rope``
-        ``(B, H, T, qk_rope_head_dim)``."""
-        cfg = self.cfg
-        if cfg.q_lora_rank is None:
-            q = self.q_proj(x)
-        else:
-            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
-        b, t, _ = x.shape
-        q = q.view(b, t, cfg.n_heads, cfg.qk_head_dim).transpose(1, 2)
-        q_nope, q_rope = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
-        return q_nope, self._rope(q_rope, positions)
-
-    def _latents(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the cache stores: normalised ``c_kv`` ``(B, T, kv_lora_rank)`` and roped
-        ``k_rope`` ``(B, T, qk_rope_head_dim)``."""
-        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split(
-            [self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1
-        )
-        return self.kv_a_layernorm(c_kv), self._rope(k_rope, positions)
-
-    def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The blocks of ``kv_b_proj``: ``W_UK`` ``(H, qk_nope_head_dim, kv_lora_rank)`` and
-        ``W_UV`` ``(H, v_head_dim, kv_lora_rank)``."""
-        cfg = self.cfg
-        w = self.kv_b_proj.weight.view(cfg.n_heads, -1, cfg.kv_lora_rank)
-        return w[:, :cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim:]
-
-    def _expand(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decompress latents into per-head keys ``(B, H, S, qk_head_dim)`` and values
-        ``(B, H, S, v_head_dim)``; the rotary key is shared by all heads."""
-        cfg = self.cfg
-        b, s, _ = c_kv.shape
-        kv = self.kv_b_proj(c_kv).view(b, s, cfg.n_heads, -1).transpose(1, 2)
-        k_nope, v = kv.split([cfg.qk_nope_head_dim, cfg.v_head_dim], dim=-1)
-        k_rope = k_rope[:, None].expand(b, cfg.n_heads, s, cfg.qk_rope_head_dim)
-        return torch.cat((k_nope, k_rope), dim=-1), v
-
-    @staticmethod
-    def _causal_softmax(scores: torch.Tensor, q_start: int) -> torch.Tensor:
-        """Softmax over the last dim of ``(B, H, T, S)`` scores, where query ``i`` sits at
-        position ``q_start + i`` and may see key positions ``0 .. q_start + i``."""
-        t, s = scores.shape[-2:]
-        q_pos = torch.arange(q_start, q_start + t, device=scores.device)[:, None]
-        k_pos = torch.arange(s, device=scores.device)[None, :]
-        return scores.masked_fill(k_pos > q_pos, float("-inf")).softmax(dim=-1)
-
-    def _merge_heads(self, o: torch.Tensor) -> torch.Tensor:
-        """``(B, H, T, v_head_dim)`` -> ``o_proj`` of the concatenated heads, ``(B, T, d_model)``."""
-        b, _, t, _ = o.shape
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
-
-    def _attend_expanded(self, x: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
-                         q_start: int) -> torch.Tensor:
-        """Ordinary attention of the queries of ``x`` (positions ``q_start, ...``) over the
-        decompressed keys and values of ``c_kv`` / ``k_rope``."""
-        q_nope, q_rope = self._queries(x, self._positions(q_start, x.shape[1]))
-        q = torch.cat((q_nope, q_rope), dim=-1)
-        k, v = self._expand(c_kv, k_rope)
-        p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
-        return self._merge_heads(p @ v)
+        self.g_proj = nn.Linear(d, h * cfg.v_head_dim, bias=False) if cfg.output_gate else None
 
     # ------------------------------------------------------------------ public forms
-    #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
-    #: several tokens, and every step when False, use the expanded form (:meth:`decode_naive`)
-    absorb: bool = True
-
     def forward(self, x: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
         """Without a cache, the training form: causal attention over ``x`` ``(B, T, d_model)`` at
         positions ``0..T-1``. With this layer's :class:`LatentCache` (:meth:`new_cache`), ``x``
         continues the cached sequence: its latents are appended and it attends to all of them
         -- so :class:`gpt2k3.model.GPT` can hold MLA as a token mixer."""
-        self._check_x(x)
         if cache is None:
-            c_kv, k_rope = self._latents(x, self._positions(0, x.shape[1]))
-            return self._attend_expanded(x, c_kv, k_rope, q_start=0)
-        if not isinstance(cache, LatentCache):
-            raise ValueError(f"cache must be a LatentCache (from new_cache), got {type(cache).__name__}")
-        if self.absorb and x.shape[1] == 1:
-            return self.decode_absorbed(x, cache)
-        return self.decode_naive(x, cache)
+            self._check_x(x)
+            return self._attend_expanded(x, *self._latents(x, 0), q_start=0)
+        one_token = isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == 1
+        return (self.decode_absorbed if self.absorb and one_token else self.decode_naive)(x, cache)
 
     def new_cache(self, batch_size: int, max_len: int | None = None, *,
                   dtype: torch.dtype | None = None,
@@ -404,20 +348,6 @@ class MLA(nn.Module):
             device=w.device if device is None else device,
         )
 
-    def _write(self, x: torch.Tensor, cache: LatentCache) -> int:
-        """Append the latents of ``x`` to ``cache``; return the position of the first new token."""
-        if cache.batch_size != x.shape[0]:
-            raise ValueError(
-                f"cache batch size {cache.batch_size} does not match x batch size {x.shape[0]}"
-            )
-        start, t = cache.length, x.shape[1]
-        if start + t > cache.max_len:  # refuse before computing anything
-            raise ValueError(
-                f"cache overflow: {t} new positions at length {start} exceed max_len={cache.max_len}"
-            )
-        cache.extend(*self._latents(x, self._positions(start, t)))
-        return start
-
     def prefill(self, x: torch.Tensor, cache: LatentCache) -> torch.Tensor:
         """Append the latents of ``x`` ``(B, T, d_model)`` to ``cache`` and return the outputs.
 
@@ -427,13 +357,6 @@ class MLA(nn.Module):
         self._check_x(x)
         return self.decode_naive(x, cache)
 
-    @staticmethod
-    def _as_3d(x_t: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        """Accept one token ``(B, d_model)`` or a block ``(B, T, d_model)``; remember which."""
-        if isinstance(x_t, torch.Tensor) and x_t.dim() == 2:
-            return x_t[:, None], True
-        return x_t, False
-
     def decode_naive(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
         """Decode step that decompresses K and V for every cached position, then attends.
 
@@ -441,36 +364,114 @@ class MLA(nn.Module):
         (``T`` tokens continuing the cache, causal among themselves). The new latents are
         appended to ``cache`` first.
         """
-        x, squeeze = self._as_3d(x_t)
-        self._check_x(x, "x_t")
-        start = self._write(x, cache)
+        x, start, squeeze = self._append(x_t, cache)
         out = self._attend_expanded(x, *cache.view(), q_start=start)
         return out[:, 0] if squeeze else out
 
     def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
-        """Decode step with the up-projections absorbed: attention runs in the latent space.
-
-        Same inputs, outputs and cache update as :meth:`decode_naive`. Per head,
-        ``q_lat = W_UK^T q_nope`` (size ``kv_lora_rank``); scores are
-        ``(q_lat . c_kv_s + q_rope . k_rope_s) * scale``; the attention-weighted *latent*
-        ``sum_s p_s c_kv_s`` is mapped to the head output by ``W_UV`` and then by ``o_proj``.
-        Work per new token is ``O(H * S * (kv_lora_rank + qk_rope_head_dim))``, and no per-head
-        key or value of a past token is stored or formed.
-        """
-        x, squeeze = self._as_3d(x_t)
-        self._check_x(x, "x_t")
-        start = self._write(x, cache)
+        """:meth:`decode_naive` with the up-projections absorbed (same inputs, outputs and cache
+        update): attention runs in the latent space, ``O(H S (kv_lora_rank + qk_rope_head_dim))``
+        work per new token, and no per-head key or value of a past token is ever formed."""
+        x, start, squeeze = self._append(x_t, cache)
         c_kv, k_rope = cache.view()                                    # (B, S, r), (B, S, dr)
-        q_nope, q_rope = self._queries(x, self._positions(start, x.shape[1]))
+        q_nope, q_rope = self._queries(x, start)                       # (B, H, T, dn), (.., dr)
         w_uk, w_uv = self._up_weights()                                # (H, dn, r), (H, dv, r)
-        q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)           # fold W_UK into the query
-        scores = torch.einsum("bhtr,bsr->bhts", q_lat, c_kv)
-        scores = scores + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope)
+        q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)           # W_UK folded into the query
+        scores = (torch.einsum("bhtr,bsr->bhts", q_lat, c_kv)
+                  + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope))
         p = self._causal_softmax(scores * self.cfg.softmax_scale, start)
-        o_lat = torch.einsum("bhts,bsr->bhtr", p, c_kv)                # average the latents
-        o = torch.einsum("bhtr,hvr->bhtv", o_lat, w_uv)                # fold W_UV on the way out
-        out = self._merge_heads(o)
+        o_lat = torch.einsum("bhts,bsr->bhtr", p, c_kv)                # attention averages latents
+        o = torch.einsum("bhtr,hvr->bhtv", o_lat, w_uv)                # W_UV once, on the average
+        out = self._output(o, x)
         return out[:, 0] if squeeze else out
+
+    # ------------------------------------------------------------------ building blocks
+    def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
+        check_layer_input(x, name, self.cfg.d_model, self.kv_a_proj_with_mqa.weight.dtype,
+                          shape=f"(B, T, d_model={self.cfg.d_model})")
+
+    def _append(self, x_t: torch.Tensor, cache: LatentCache) -> tuple[torch.Tensor, int, bool]:
+        """Both decode forms' front door: check one token ``(B, d_model)`` or a block ``(B, T,
+        d_model)``, append its latents; return the block, its first position, whether one token."""
+        squeeze = isinstance(x_t, torch.Tensor) and x_t.dim() == 2
+        x = x_t[:, None] if squeeze else x_t
+        self._check_x(x, "x_t")
+        if not isinstance(cache, LatentCache):
+            raise ValueError(f"cache must be a LatentCache (from new_cache), got "
+                             f"{type(cache).__name__}")
+        if cache.batch_size != x.shape[0]:
+            raise ValueError(f"cache batch size {cache.batch_size} does not match x batch size "
+                             f"{x.shape[0]}")
+        start = cache.length
+        cache.extend(*self._latents(x, start))            # refuses, unwritten, when it is full
+        return x, start, squeeze
+
+    def _rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """RoPE at positions ``start, start + 1, ...`` (dim -2); NoPE (``cfg.rope=False``): none."""
+        if not self.cfg.rope:
+            return x
+        positions = torch.arange(start, start + x.shape[-2])
+        return apply_rope(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
+
+    def _queries(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``q_nope`` ``(B, H, T, dn)`` and roped ``q_rope`` ``(B, H, T, dr)`` from ``start`` on."""
+        cfg = self.cfg
+        if cfg.q_lora_rank is None:
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        b, t, _ = x.shape
+        q = q.view(b, t, cfg.n_heads, cfg.qk_head_dim).transpose(1, 2)
+        q_nope, q_rope = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
+        return q_nope, self._rope(q_rope, start)
+
+    def _latents(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the cache stores: normalised ``c_kv`` ``(B, T, r)``, roped ``k_rope`` ``(B, T, dr)``."""
+        c_kv, k_rope = self.kv_a_proj_with_mqa(x).split(
+            [self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1
+        )
+        return self.kv_a_layernorm(c_kv), self._rope(k_rope, start)
+
+    def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``kv_b_proj``'s blocks ``W_UK`` ``(H, dn, r)`` and ``W_UV`` ``(H, dv, r)``."""
+        cfg = self.cfg
+        w = self.kv_b_proj.weight.view(cfg.n_heads, -1, cfg.kv_lora_rank)
+        return w[:, :cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim:]
+
+    @staticmethod
+    def _causal_softmax(scores: torch.Tensor, q_start: int) -> torch.Tensor:
+        """Softmax of ``(B, H, T, S)`` scores; query ``i`` (at ``q_start + i``) sees keys up to it."""
+        t, s = scores.shape[-2:]
+        q_pos = torch.arange(q_start, q_start + t, device=scores.device)[:, None]
+        k_pos = torch.arange(s, device=scores.device)[None, :]
+        return scores.masked_fill(k_pos > q_pos, float("-inf")).softmax(dim=-1)
+
+    def _output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``o_proj`` of the heads of ``o`` ``(B, H, T, dv)``, gated by ``sigmoid(g_proj(x))``."""
+        b, _, t, _ = o.shape
+        o = o.transpose(1, 2).reshape(b, t, -1)
+        if self.g_proj is not None:
+            o = o * torch.sigmoid(self.g_proj(x))
+        return self.o_proj(o)
+
+    def _expand(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decompress latents into per-head keys ``(B, H, S, qk_head_dim)`` and values
+        ``(B, H, S, v_head_dim)``; the rotary key is shared by all heads."""
+        cfg = self.cfg
+        b, s, _ = c_kv.shape
+        kv = self.kv_b_proj(c_kv).view(b, s, cfg.n_heads, -1).transpose(1, 2)
+        k_nope, v = kv.split([cfg.qk_nope_head_dim, cfg.v_head_dim], dim=-1)
+        k_rope = k_rope[:, None].expand(b, cfg.n_heads, s, cfg.qk_rope_head_dim)
+        return torch.cat((k_nope, k_rope), dim=-1), v
+
+    def _attend_expanded(self, x: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
+                         q_start: int) -> torch.Tensor:
+        """Ordinary attention of the queries of ``x`` (positions ``q_start, ...``) over the
+        decompressed keys and values of ``c_kv`` / ``k_rope``."""
+        q = torch.cat(self._queries(x, q_start), dim=-1)
+        k, v = self._expand(c_kv, k_rope)
+        p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
+        return self._output(p @ v, x)
 
 
 @torch.no_grad()
@@ -501,75 +502,3 @@ def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str
 
     return {"naive_vs_absorbed": diff(naive, absorbed), "naive_vs_forward": diff(naive, ref),
             "absorbed_vs_forward": diff(absorbed, ref), "scale": ref.abs().max().item()}
-
-
-# ============================================================================ 2. gated NoPE MLA
-class GatedNoPEMLA(MLA):
-    """Multi-head latent attention as in K3 (SGLang ``KimiK3MLAAttention``).
-
-    Two changes to :class:`gpt2k3.layers.mla.MLA`:
-
-    * **NoPE** (``mla_use_nope: true``): nothing is rotated. The ``qk_rope_head_dim`` part of
-      each query and the shared key (still produced by ``q_b_proj`` and ``kv_a_proj_with_mqa``,
-      and still cached beside the latent) is used as it is, so no score is a function of
-      position: order reaches the layer through the causal mask (a causal NoPE stack can
-      recover positions from it; Kazemnejad et al. 2023, arXiv:2305.19466) and through the KDA
-      layers' recurrence and convolution.
-    * **Output gate** (``mla_use_output_gate: true``): the concatenated head outputs are
-      multiplied by ``sigmoid(x W_g)``, ``W_g`` (``g_proj``) of ``d_model x n_heads v_head_dim``,
-      before ``o_proj``.
-
-    As a token mixer of :class:`gpt2k3.model.GPT` it is :class:`~gpt2k3.layers.mla.MLA`'s
-    ``forward(x, cache=None)`` with its own :class:`~gpt2k3.layers.mla.LatentCache`; the gate
-    enters every form (training, expanded decode, absorbed decode).
-    """
-
-    def __init__(self, cfg: MLAConfig) -> None:
-        if not isinstance(cfg, MLAConfig):
-            raise ValueError(f"cfg must be an MLAConfig, got {type(cfg).__name__}")
-        super().__init__(cfg)
-        self.g_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.v_head_dim, bias=False)
-
-    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x  # NoPE: the "rope" part is an unrotated shared key
-
-    def _gated_merge(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """``o_proj(concat_heads(o) * sigmoid(g_proj(x)))``; ``o`` ``(B, H, T, v_head_dim)``."""
-        b, _, t, _ = o.shape
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1) * torch.sigmoid(self.g_proj(x)))
-
-    def _attend_expanded(self, x, c_kv, k_rope, q_start):
-        q_nope, q_rope = self._queries(x, self._positions(q_start, x.shape[1]))
-        q = torch.cat((q_nope, q_rope), dim=-1)
-        k, v = self._expand(c_kv, k_rope)
-        p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
-        return self._gated_merge(p @ v, x)
-
-    def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
-        """:meth:`MLA.decode_absorbed` with the output gate: attention in the latent space."""
-        x, squeeze = self._as_3d(x_t)
-        self._check_x(x, "x_t")
-        start = self._write(x, cache)
-        c_kv, k_rope = cache.view()
-        q_nope, q_rope = self._queries(x, self._positions(start, x.shape[1]))
-        w_uk, w_uv = self._up_weights()
-        scores = torch.einsum("bhtr,bsr->bhts", torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk), c_kv)
-        scores = scores + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope)
-        p = self._causal_softmax(scores * self.cfg.softmax_scale, start)
-        o = torch.einsum("bhtr,hvr->bhtv", torch.einsum("bhts,bsr->bhtr", p, c_kv), w_uv)
-        out = self._gated_merge(o, x)
-        return out[:, 0] if squeeze else out
-
-
-
-class GatedRoPEMLA(GatedNoPEMLA):
-    """A control, not a K3 layer: :class:`GatedNoPEMLA` with DeepSeek's rotation put back.
-
-    The same parameters (its state dict loads into a :class:`GatedNoPEMLA` and back) and the
-    same output gate; only the ``qk_rope_head_dim`` part of the queries and the shared key is
-    rotated by position, as in :class:`gpt2k3.layers.mla.MLA`. Comparing the two isolates the
-    one change NoPE makes.
-    """
-
-    def _rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return MLA._rope(self, x, positions)

@@ -26,8 +26,8 @@ arXiv:2408.15664); Kimi K2 and Kimi Linear reuse the same router.  ``tests/test_
 this module against Hugging Face's ``DeepseekV3MoE``.
 
 :meth:`MoE.forward_loop_reference` is the definition (one token at a time); :meth:`MoE.forward`
-is the fast form (for each expert, gather its tokens, run them as one batch, ``index_add`` the
-weighted results back).
+is the fast form (:func:`dispatch`: for each expert, gather its tokens, run them as one batch,
+``index_add`` the weighted results back).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from gpt2k3.checks import check_finite_number, check_int, check_layer_input
 from gpt2k3.layers.mlp import SituGLU, SwiGLU
 from gpt2k3.layers.norms import RMSNorm
 
-__all__ = ["MoEConfig", "Router", "MoE", "LatentMoEConfig", "LatentMoE"]
+__all__ = ["MoEConfig", "Router", "dispatch", "MoE", "LatentMoEConfig", "LatentMoE"]
 
 
 @dataclass
@@ -213,6 +213,27 @@ class Router(nn.Module):
         self.e_score_correction_bias += step * torch.sign(load.mean() - load)
 
 
+def dispatch(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
+             experts: nn.ModuleList) -> torch.Tensor:
+    """``out[n] = sum_j weights[n, j] * experts[indices[n, j]](x[n])``, one batched call per
+    expert: the one expert dispatch of :class:`MoE` and :class:`LatentMoE`.
+
+    ``x`` is ``(N, width)``, ``weights`` and ``indices`` ``(N, top_k)`` from a :class:`Router`.
+    """
+    # Sort the N*k (token, slot) assignments by expert, so that each expert reads one
+    # contiguous run of them.
+    order = indices.flatten().argsort(stable=True)
+    token_of, weight_of = order // indices.shape[1], weights.flatten()[order]
+    ends = torch.bincount(indices.flatten(), minlength=len(experts)).cumsum(0).tolist()
+    out, start = torch.zeros_like(x), 0
+    for expert, end in zip(experts, ends):
+        if end > start:
+            tok = token_of[start:end]
+            out.index_add_(0, tok, expert(x[tok]) * weight_of[start:end, None])
+        start = end
+    return out
+
+
 class MoE(nn.Module):
     """Routed SwiGLU experts plus always-on shared experts; ``(B, T, d_model) -> (B, T, d_model)``.
 
@@ -246,22 +267,10 @@ class MoE(nn.Module):
         self._check_x(x)
         flat = x.reshape(-1, x.shape[-1])
         weights, indices = self.gate(flat)                                 # (N, k), (N, k)
-        out = torch.zeros_like(flat)
-        # Sort the N*k (token, slot) assignments by expert so each expert reads a contiguous run.
-        order = indices.flatten().argsort(stable=True)      # slots, grouped by expert
-        token_of = order // self.cfg.top_k                  # slot -> token row
-        weight_of = weights.flatten()[order]
-        load = self._load(indices)
-        ends = load.cumsum(0).tolist()
-        for e, (start, end) in enumerate(zip([0] + ends[:-1], ends)):
-            if start == end:
-                continue
-            tok = token_of[start:end]
-            y = self.experts[e](flat[tok]) * weight_of[start:end, None]
-            out.index_add_(0, tok, y)
+        out = dispatch(flat, weights, indices, self.experts)
         if self.shared_experts is not None:
             out = out + self.shared_experts(flat)
-        self.last_load = load
+        self.last_load = self._load(indices)
         return out.view_as(x)
 
     def forward_loop_reference(self, x: torch.Tensor) -> torch.Tensor:
@@ -377,9 +386,8 @@ class LatentMoE(nn.Module):
                                if cfg.n_shared_experts else None)
 
     def _check_x(self, x) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (B, T, d_model={self.cfg.d_model}), got {shape}")
+        check_layer_input(x, "x", self.cfg.d_model, self.gate.weight.dtype,
+                          shape=f"(B, T, d_model={self.cfg.d_model})")
         return x.reshape(-1, x.shape[-1])
 
     def down(self, flat: torch.Tensor) -> torch.Tensor:
@@ -395,18 +403,8 @@ class LatentMoE(nn.Module):
         """Batched form: each expert runs once on all the tokens routed to it (in latent space)."""
         flat = self._check_x(x)
         weights, indices = self.gate(flat)                                  # (N, k), (N, k)
-        z = self.down(flat)
-        acc = torch.zeros_like(z)
-        order = indices.flatten().argsort(stable=True)                      # slots by expert
-        token_of, weight_of = order // self.cfg.top_k, weights.flatten()[order]
-        ends = torch.bincount(indices.flatten(), minlength=self.cfg.n_routed_experts).cumsum(0)
-        start = 0
-        for e, end in enumerate(ends.tolist()):
-            if end > start:
-                tok = token_of[start:end]
-                acc.index_add_(0, tok, self.experts[e](z[tok]) * weight_of[start:end, None])
-            start = end
-        out = self.up(acc)                       # one norm and one up projection of the sum
+        routed = dispatch(self.down(flat), weights, indices, self.experts)  # in latent space
+        out = self.up(routed)                    # one norm and one up projection of the sum
         if self.shared_experts is not None:
             out = out + self.shared_experts(flat)
         return out.view_as(x)

@@ -9,8 +9,9 @@ the two differ, and the config field it follows:
 1. :func:`bounded_log_decay` and :class:`BoundedKDA` -- KDA's decay bounded below
    (``linear_attn_config.gate_lower_bound``, -5.0) and its full-rank sigmoid output gate
    (``linear_attn_config.use_full_rank_gate``).
-2. :class:`GatedNoPEMLA` -- MLA without rotary positions (``mla_use_nope``) and with a
-   full-rank sigmoid gate on its output (``mla_use_output_gate``).
+2. :class:`gpt2k3.layers.mla.MLA` with ``rope=False`` -- no rotary positions
+   (``mla_use_nope``) -- and ``output_gate=True``, a full-rank sigmoid gate on its output
+   (``mla_use_output_gate``).
 3. :class:`LatentMoE` -- routed experts working at a narrower width behind a down projection,
    their weighted sum RMS-normalised in that width and then projected up
    (``routed_expert_hidden_size``, ``latent_moe_use_norm``); shared experts at full width;
@@ -33,20 +34,20 @@ from dataclasses import replace
 
 import torch.nn as nn
 
-from gpt2k3.accounting import ArchSpec, kda_layers_from_full_attn
+from gpt2k3.accounting import ArchSpec, hybrid_layers
 from gpt2k3.accounting.k3_mechanisms import SITU_BETA, SITU_LINEAR_BETA
 from gpt2k3.archs import K3_GATE_LOWER_BOUND, K3_RMS_NORM_EPS
 from gpt2k3.checks import check_finite_number, check_int
 from gpt2k3.config import GPTConfig
 from gpt2k3.layers.deltanet import BoundedKDA
-from gpt2k3.layers.mla import GatedNoPEMLA, MLAConfig
+from gpt2k3.layers.mla import MLA, MLAConfig
 from gpt2k3.layers.mlp import SituGLU
 from gpt2k3.layers.moe import LatentMoE, LatentMoEConfig
 from gpt2k3.layers.norms import RMSNorm
 from gpt2k3.layers.residual import AttnResidual
 from gpt2k3.model import GPT
 
-__all__ = ["SITU_BETA", "SITU_LINEAR_BETA", "K3_FULL_ATTN_EVERY", "k3_schedule", "k3_model", "tiny_k3"]
+__all__ = ["SITU_BETA", "SITU_LINEAR_BETA", "K3_FULL_ATTN_EVERY", "k3_model", "tiny_k3"]
 
 # SITU_BETA, SITU_LINEAR_BETA (``activation_situ_beta`` / ``activation_situ_linear_beta``) come
 # from gpt2k3.accounting.k3_mechanisms, which reads them off gpt2k3.archs.KIMI_K3_CONFIG.
@@ -55,23 +56,13 @@ K3_FULL_ATTN_EVERY = 4
 
 
 # ============================================================================ 6. the tiny K3
-def k3_schedule(n_layer: int, every: int = K3_FULL_ATTN_EVERY) -> tuple[str, ...]:
-    """Each layer's token mixer by K3's rule: ``"mla"`` at every ``every``-th layer (1-based)
-    and at the last one, ``"kda"`` elsewhere. ``k3_schedule(93)`` puts MLA at 4, 8, ..., 92 and
-    93 -- K3's ``linear_attn_config.full_attn_layers``: 24 MLA layers, 69 KDA layers."""
-    check_int(n_layer, "n_layer", 1)
-    check_int(every, "every", 1)
-    full = sorted(set(range(every, n_layer + 1, every)) | {n_layer})
-    kda = set(kda_layers_from_full_attn(n_layer, full))
-    return tuple("kda" if i in kda else "mla" for i in range(n_layer))
-
-
 def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
              situ_linear_beta: float | None = SITU_LINEAR_BETA,
              norm_eps: float = K3_RMS_NORM_EPS) -> GPT:
     """The book's one decoder (:class:`gpt2k3.model.GPT`) with Kimi K3's parts, as ``spec`` says:
 
-    * token mixers by ``spec.layer_mixers``: :class:`BoundedKDA` or :class:`GatedNoPEMLA`;
+    * token mixers by ``spec.layer_mixers``: :class:`BoundedKDA`, or :class:`MLA` without
+      positions and with the spec's ``mla_output_gate``;
     * channel mixers: a dense :class:`SituGLU` for the first ``first_k_dense`` layers
       (``first_k_dense_replace``), a :class:`LatentMoE` after;
     * RMSNorm everywhere, each with ``norm_eps`` (K3's ``rms_norm_eps``, 1e-5); no position
@@ -94,7 +85,8 @@ def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
                         q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank,
                         qk_nope_head_dim=spec.qk_nope_head_dim,
                         qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
-                        max_len=config.block_size, norm_eps=norm_eps)
+                        max_len=config.block_size, norm_eps=norm_eps, rope=False,
+                        output_gate=spec.mla_output_gate)
     d = config.n_embd
     act = dict(beta=situ_beta, linear_beta=situ_linear_beta)
     moe_cfg = LatentMoEConfig(
@@ -105,7 +97,7 @@ def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
 
     def mixer(cfg: GPTConfig, i: int) -> nn.Module:
         if schedule[i] == "mla":
-            return GatedNoPEMLA(mla_cfg)
+            return MLA(mla_cfg)
         return BoundedKDA(cfg, n_head=spec.kda_n_head, head_dim=spec.kda_head_dim,
                           conv_size=spec.kda_conv_kernel, lower_bound=spec.kda_gate_lower_bound,
                           norm_eps=norm_eps)
@@ -132,8 +124,9 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
             situ_linear_beta: float | None = SITU_LINEAR_BETA) -> GPT:
     """A tiny Kimi K3 of ``config``'s width, depth, heads, vocabulary and context.
 
-    K3's rules at a small size: MLA at every 4th layer (1-based) and the last, bounded-gate KDA
-    elsewhere (:func:`k3_schedule`); gated NoPE MLA; the first ``first_k_dense`` layers dense
+    K3's rules at a small size: MLA at every ``full_attn_every``-th layer (1-based) and the
+    last, bounded-gate KDA elsewhere (:func:`gpt2k3.accounting.hybrid_layers`, the book's one
+    schedule); gated NoPE MLA; the first ``first_k_dense`` layers dense
     (:class:`SituGLU` of width ``d_ff``, default ``4 n_embd``), latent MoE with shared experts
     after (``moe_latent_dim`` defaults to ``n_embd // 2``, K3's 7,168 -> 3,584); Attention
     Residuals with block size ``attn_res_block_size`` (0: plain residual); no positions; untied
@@ -154,14 +147,14 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
         raise ValueError(f"moe_latent_dim ({latent}) must be <= config.n_embd ({d})")
     if not 1 <= check_int(top_k, "top_k", 1) <= check_int(n_routed_experts, "n_routed_experts", 1):
         raise ValueError(f"top_k ({top_k}) must be <= n_routed_experts ({n_routed_experts})")
-    schedule = k3_schedule(config.n_layer, full_attn_every)
+    kda_layers = hybrid_layers(config.n_layer, check_int(full_attn_every, "full_attn_every", 1) - 1)
     spec = ArchSpec(
         name="tiny Kimi K3", vocab_size=config.vocab_size, n_layer=config.n_layer, d_model=d,
         n_head=config.n_head, d_ff=d_ff, max_positions=config.block_size, bias=False,
         norm="rmsnorm", tied_embeddings=False, mlp="situ", position="none", attention="mla",
         q_lora_rank=q_lora_rank, kv_lora_rank=kv_lora_rank, qk_nope_head_dim=qk_nope_head_dim,
         qk_rope_head_dim=qk_rope_head_dim, v_head_dim=v_head_dim,
-        kda_layers=tuple(i for i, k in enumerate(schedule) if k == "kda"),
+        kda_layers=kda_layers,
         kda_n_head=config.n_head if kda_n_head is None else kda_n_head,
         kda_head_dim=config.head_dim if kda_head_dim is None else kda_head_dim,
         kda_conv_kernel=kda_conv_kernel, n_routed_experts=n_routed_experts,
