@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine, write  # noqa: E402
 
-from gpt2k3.experiments import corpus as text, text_lm  # noqa: E402
+from gpt2k3.experiments import corpus, text_lm  # noqa: E402
 from gpt2k3.experiments.text_lm import MIXERS, TextModelConfig, TextTrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def main(argv=None) -> Path:
         steps=steps, eval_every=3, curve_windows=2, eval_windows=1, warmup=2)
     sample_args = SAMPLE
 
-    data = text.kjv_data()
+    data = corpus.kjv_data()
     if args.baselines:  # the n-gram tables on the models' evaluation bytes, stored for the chapter
         results = json.loads((RESULTS / name).read_text())
         ranges = {"inside": (model.context // 2, model.context),
@@ -100,12 +100,12 @@ def main(argv=None) -> Path:
         "command": " ".join(["python", "benchmarks/text_lm.py", *(argv if argv is not None else sys.argv[1:])]),
         "corpus": {
             "name": "King James Bible (1611; Debian package bible-kjv, program `bible "
-                    f"\"{text.KJV_RANGE}\"`)",
+                    f"\"{corpus.KJV_RANGE}\"`)",
             "license": "public domain: the translation's copyright has expired "
                        "(/usr/share/doc/bible-kjv/copyright)",
             "documents": "the 66 books; verse text one verse per line, verse numbers and chapter "
                          "headings removed",
-            **text.corpus_stats(data.split)},
+            **corpus.corpus_stats(data.split)},
         "config": {"mixers": mixers, "labels": {m: text_lm.MIXER_LABELS[m] for m in mixers},
                    "seeds": seeds, "model": asdict(model), "lengths": list(model.lengths),
                    "train": asdict(cfg), "curve_steps": cfg.curve_steps(),
@@ -125,7 +125,7 @@ def main(argv=None) -> Path:
                      "caches": list(net.new_cache(1, model.context).kinds)}
     header["models"] = models
     # what knowing only the last 0, 1 or 2 bytes is worth on the same validation books
-    baselines = {name: round(text.ngram_bits(data.train, data.validation, n), 4)
+    baselines = {name: round(corpus.ngram_bits(data.train, data.validation, n), 4)
                  for n, name in ((1, "unigram"), (2, "bigram"), (3, "trigram"))}
     header["baselines"] = baselines
 

@@ -1,7 +1,7 @@
 """The recall models: every mixer builds, is causal, trains (the loss falls), deterministically."""
 
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import plotly.graph_objects as go
 import pytest
@@ -230,6 +230,28 @@ def test_lr_schedule_and_checkpoints():
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_the_one_loop_is_shared_and_stops_on_a_non_finite_loss():
+    from gpt2k3.experiments import text_lm, train
+    assert issubclass(TrainConfig, train.TrainSettings)
+    assert issubclass(text_lm.TextTrainConfig, train.TrainSettings)
+    assert TrainConfig.betas == (0.9, 0.98) and text_lm.TextTrainConfig.betas == (0.9, 0.95)
+    assert "betas" not in asdict(TrainConfig())  # a constant, not a recorded setting
+    net = nn.Linear(2, 1)
+    cfg = train.TrainSettings(steps=3, warmup=1)
+    seen = []
+    losses, seconds = train.fit(net, cfg, lambda s: torch.ones(4, 2), lambda n, x: n(x).square().mean(),
+                                3, evaluate=seen.append, eval_at={0, 3})
+    assert len(losses) == 3 and seen == [0, 3] and seconds >= 0
+    with pytest.raises(ValueError, match="not finite at step 0"):
+        train.fit(net, cfg, lambda s: torch.full((4, 2), math.nan), lambda n, x: n(x).mean(), 3)
+    assert train.steps_to_run(cfg, None) == 3 and train.steps_to_run(cfg, 2) == 2
+    with pytest.raises(ValueError, match="until"):
+        train.steps_to_run(cfg, 4)
+    with pytest.raises(ValueError, match="threads"):
+        with train.torch_threads(0):
+            pass
 
 
 # --------------------------------------------------------------------------- results, figures, explorer

@@ -13,7 +13,7 @@ from gpt2k3.experiments import corpus as text, text_lm
 from gpt2k3.model import GPT
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.deltanet import BoundedKDA
-from gpt2k3.layers.mla import GatedNoPEMLA
+from gpt2k3.layers.mla import MLA as GatedNoPEMLA  # K3's MLA: MLAConfig(rope=False, output_gate=True)
 from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
 from gpt2k3.layers.linear_attention import LinearAttention
 from gpt2k3.experiments.text_lm import MIXERS, ConvMixer, TextModelConfig, TextTrainConfig

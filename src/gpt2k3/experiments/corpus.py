@@ -59,6 +59,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from gpt2k3.checks import check_positive_int
+
 __all__ = ["BIBLE_PROGRAM", "KJV_RANGE", "INSTALL_HINT", "BOOKS", "OLD_TESTAMENT", "NEW_TESTAMENT",
            "VALIDATION_BOOKS", "VOCAB_SIZE", "Book", "Split", "KJVData", "find_bible", "dump_kjv",
            "parse_bible", "load_kjv", "split_books", "join_books", "encode", "decode",
@@ -322,8 +324,7 @@ def _check_stream(data, block_size: int, name: str = "data") -> torch.Tensor:
     if not isinstance(data, torch.Tensor) or data.dim() != 1 or data.dtype.is_floating_point:
         raise ValueError(f"{name} must be a 1-D integer tensor of byte ids, got "
                          f"{getattr(data, 'dtype', type(data).__name__)}")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    block_size = check_positive_int(block_size, "block_size")
     if data.numel() < block_size + 1:
         raise ValueError(f"{name} holds {data.numel()} bytes, fewer than block_size + 1 = "
                          f"{block_size + 1}")
@@ -336,8 +337,7 @@ def sample_batch(data: torch.Tensor, batch_size: int, block_size: int,
     positions drawn uniformly with ``generator``, and the same windows shifted by one byte
     (the next-byte targets). The same generator state gives the same batch."""
     _check_stream(data, block_size)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = check_positive_int(batch_size, "batch_size")
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
     starts = torch.randint(0, data.numel() - block_size, (batch_size,), generator=generator)
@@ -351,8 +351,7 @@ def eval_windows(data: torch.Tensor, block_size: int, n_windows: int) -> tuple[t
     are spread evenly from the first byte to the last possible start (no randomness). They do
     not overlap when ``data`` is long enough, ``n_windows * (block_size + 1)`` bytes or more."""
     _check_stream(data, block_size)
-    if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
-        raise ValueError(f"n_windows must be a positive int, got {n_windows!r}")
+    n_windows = check_positive_int(n_windows, "n_windows")
     last = data.numel() - block_size - 1
     starts = torch.tensor([round(i * last / max(1, n_windows - 1)) for i in range(n_windows)])
     if n_windows == 1:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import torch
 
-from gpt2k3.checks import check_int
+from gpt2k3.checks import check_instance, check_int
 
 __all__ = ["BLANK", "IGNORE", "MQARConfig", "MQARBatch", "mqar", "as_table"]
 
@@ -133,8 +133,7 @@ def mqar(config: MQARConfig, n_examples: int, seed: int = 0) -> MQARBatch:
 
     The same ``(config, n_examples, seed)`` always gives the same batch.
     """
-    if not isinstance(config, MQARConfig):
-        raise ValueError(f"config must be an MQARConfig, got {type(config).__name__}")
+    check_instance(config, "config", MQARConfig)
     B = check_int(n_examples, "n_examples", 1)
     seed = check_int(seed, "seed", 0)
     g = torch.Generator().manual_seed(seed)

@@ -21,8 +21,9 @@ The recurrent mixers train with their chunkwise forms (the layers call
 only how fast; 16 suits these short sequences on a CPU (KDA's per-channel decay makes its chunk
 work grow as ``C^2 Dk``).
 
-:func:`train` is a small, deterministic loop: AdamW, linear warm-up then cosine decay, gradient
-clipping, a fresh batch of MQAR sequences every step (so the model cannot memorise pairs, only
+:func:`train` runs the one training loop of chapters 10 and 11,
+:func:`gpt2k3.experiments.train.fit`: AdamW, linear warm-up then cosine decay, gradient
+clipping; here with a fresh batch of MQAR sequences every step (so the model cannot memorise pairs, only
 learn to recall them), and at the end the accuracy on held-out sequences drawn from a different
 seed. Same arguments, same numbers (on the same machine and thread count).
 """
@@ -30,23 +31,19 @@ seed. Same arguments, same numbers (on the same machine and thread count).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt2k3.accounting import mixer_state_numbers
-from gpt2k3.checks import check_finite_number, check_int
+from gpt2k3.checks import check_choice, check_instance, check_int
 from gpt2k3.config import GPTConfig
 from gpt2k3.experiments.mqar import MQARBatch, MQARConfig, mqar
-from gpt2k3.experiments.train import warmup_cosine_lr
-from gpt2k3.layers import deltanet as delta
-from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.experiments.train import TrainSettings, fit, mixer_layer, steps_to_run, torch_threads
 from gpt2k3.layers.conv import ShortConv
-from gpt2k3.layers.linear_attention import LinearAttention
 from gpt2k3.model import GPT
 
 __all__ = ["MIXERS", "MIXER_LABELS", "CONV_MODES", "GATE_INITS", "SLOW_GATE_RATES", "INITS", "ModelConfig", "TrainConfig", "TrainResult", "ConvProjection", "mixer_factory", "build_model", "state_numbers", "masked_loss", "evaluate", "train", "sweep_results", "sweep_config", "sweep_point"]
@@ -79,12 +76,6 @@ _EVAL_SEED_BASE = 1_000_000_007
 _STEPS_PER_SEED = 1_000_003
 
 
-def _check_mixer(mixer: str) -> str:
-    if mixer not in MIXERS:
-        raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
-    return mixer
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """The tiny model: ``n_layer`` GPT blocks of width ``d_model`` with ``n_head`` heads.
@@ -107,12 +98,9 @@ class ModelConfig:
             check_int(getattr(self, name), name, 1)
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        if self.conv not in CONV_MODES:
-            raise ValueError(f"conv must be one of {CONV_MODES}, got {self.conv!r}")
-        if self.gate_init not in GATE_INITS:
-            raise ValueError(f"gate_init must be one of {GATE_INITS}, got {self.gate_init!r}")
-        if self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        check_choice(self.conv, "conv", CONV_MODES)
+        check_choice(self.gate_init, "gate_init", GATE_INITS)
+        check_choice(self.init, "init", INITS)
 
     @property
     def head_dim(self) -> int:
@@ -120,8 +108,9 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """The training loop's settings (see :func:`train`); the defaults are chapter 10's sweep.
+class TrainConfig(TrainSettings):
+    """The training loop's settings (see :func:`train` and
+    :class:`gpt2k3.experiments.train.TrainSettings`); the defaults are chapter 10's sweep.
 
     ``checkpoints`` evaluations are spread evenly over the run, the last one after the final
     step; each scores ``eval_examples`` held-out sequences per task.
@@ -129,26 +118,14 @@ class TrainConfig:
 
     steps: int = 600
     batch_size: int = 32
-    lr: float = 3e-3
-    weight_decay: float = 0.1
-    warmup: int = 30
-    grad_clip: float = 1.0
     eval_examples: int = 256
     checkpoints: int = 6
+    betas: ClassVar[tuple[float, float]] = (0.9, 0.98)
 
     def __post_init__(self):
-        check_int(self.steps, "steps", 1)
-        check_int(self.batch_size, "batch_size", 1)
-        check_int(self.warmup, "warmup", 0)
+        super().__post_init__()
         check_int(self.eval_examples, "eval_examples", 1)
         check_int(self.checkpoints, "checkpoints", 1)
-        check_finite_number(self.lr, "lr", 1)
-        check_finite_number(self.weight_decay, "weight_decay", 1, allow_zero=True)
-        check_finite_number(self.grad_clip, "grad_clip", 1)
-
-    def lr_at(self, step: int) -> float:
-        """Learning rate at ``step`` (0-based): :func:`warmup_cosine_lr`."""
-        return warmup_cosine_lr(step, self.lr, self.warmup, self.steps)
 
     def checkpoint_steps(self) -> list[int]:
         """Steps (1-based counts of updates done) after which the model is evaluated."""
@@ -231,20 +208,17 @@ def mixer_factory(mixer: str, model: ModelConfig = ModelConfig()) -> Callable | 
 
     ``None`` means GPT-2's own attention (softmax with no shared convolution).
     """
-    _check_mixer(mixer)
-    if not isinstance(model, ModelConfig):
-        raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
+    check_choice(mixer, "mixer", MIXERS)
+    check_instance(model, "model", ModelConfig)
     own_conv = 0 if model.conv == "none" else model.conv_size
 
     def make(config: GPTConfig, i: int) -> nn.Module:
         if mixer in ("softmax", "linear"):
-            layer = (CausalSelfAttention(config) if mixer == "softmax"
-                     else LinearAttention(config, chunk_size=model.chunk_size))
+            layer = mixer_layer(mixer, config, model.chunk_size)
             if model.conv == "all":
                 layer.c_attn = ConvProjection(layer.c_attn, model.conv_size)
             return layer
-        cls = {"deltanet": delta.DeltaNet, "gated_deltanet": delta.GatedDeltaNet, "kda": delta.KDA}[mixer]
-        layer = cls(config, chunk_size=model.chunk_size, conv_size=own_conv)
+        layer = mixer_layer(mixer, config, model.chunk_size, conv_size=own_conv)
         if mixer != "deltanet" and model.gate_init == "slow":
             _slow_gates(layer, torch.Generator().manual_seed(1000 + i))
         return layer
@@ -271,10 +245,9 @@ def build_model(mixer: str, tasks, model: ModelConfig = ModelConfig(), seed: int
     ``tasks`` is one :class:`MQARConfig` or several; the model's vocabulary is theirs and its
     position table covers the longest.
     """
-    _check_mixer(mixer)
+    check_choice(mixer, "mixer", MIXERS)
     tasks = _as_tasks(tasks)
-    if not isinstance(model, ModelConfig):
-        raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
+    check_instance(model, "model", ModelConfig)
     config = GPTConfig(block_size=max(t.length for t in tasks), vocab_size=tasks[0].vocab_size,
                        n_layer=model.n_layer, n_head=model.n_head, n_embd=model.d_model)
     with torch.random.fork_rng(devices=[]):
@@ -297,9 +270,8 @@ def state_numbers(mixer: str, model: ModelConfig, seq_len: int) -> int:
     Every mixer with a short convolution (see ``CONV_MODES``) also keeps its last
     ``conv_size - 1`` inputs of q, k and v.
     """
-    _check_mixer(mixer)
-    if not isinstance(model, ModelConfig):
-        raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
+    check_choice(mixer, "mixer", MIXERS)
+    check_instance(model, "model", ModelConfig)
     seq_len = check_int(seq_len, "seq_len", 1)
     H, D = model.n_head, model.head_dim
     has_conv = model.conv == "all" or (model.conv == "native" and mixer not in ("softmax", "linear"))
@@ -314,8 +286,7 @@ def masked_loss(logits: torch.Tensor, batch: MQARBatch) -> torch.Tensor:
 
     ``logits`` is ``(N, T, vocab)`` for a batch of ``N`` sequences of ``T`` tokens; a batch with
     no scored position has no loss (``ValueError``, not NaN)."""
-    if not isinstance(batch, MQARBatch):
-        raise ValueError(f"batch must be an MQARBatch, got {type(batch).__name__}")
+    check_instance(batch, "batch", MQARBatch)
     if (not isinstance(logits, torch.Tensor) or logits.ndim != 3 or not logits.is_floating_point()
             or tuple(logits.shape[:2]) != tuple(batch.mask.shape)):
         got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
@@ -325,6 +296,12 @@ def masked_loss(logits: torch.Tensor, batch: MQARBatch) -> torch.Tensor:
         raise ValueError("batch must score at least one position (its mask is all False), "
                          "otherwise the mean loss is 0/0")
     return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
+
+
+def _query_loss(net: GPT, batch: MQARBatch) -> torch.Tensor:
+    """:func:`masked_loss` of ``net`` on ``batch`` without its checks: the training loop's loss,
+    on batches :func:`gpt2k3.experiments.mqar.mqar` made, which always score their queries."""
+    return F.cross_entropy(net(batch.inputs)[batch.mask], batch.targets[batch.mask])
 
 
 @torch.no_grad()
@@ -353,67 +330,38 @@ def train(mixer: str, tasks=MQARConfig(), model: ModelConfig = ModelConfig(),
     ``tasks`` is one :class:`MQARConfig` or several with different numbers of pairs (as in
     Zoology, one model learns them all): step ``s`` trains on a fresh batch of
     ``tasks[s % len(tasks)]``, so small tasks, which teach the mechanism fastest, come up
-    throughout. Every checkpoint scores the model on each task separately.
+    throughout. Every checkpoint scores the model on each task separately. The loop is
+    :func:`gpt2k3.experiments.train.fit`, the one chapter 11 trains with too.
 
     Deterministic in ``seed``: it fixes the initial weights, the training batches and, through a
     separate stream, the held-out sequences. ``callback(step, loss)``, if given, is called after
     every step (the live explorer draws its loss curve with it). ``until`` stops after that many
     steps of the *same* run (same learning-rate schedule), so that the first ``until`` steps of a
     long run, and its checkpoint there, can be reproduced at a fraction of the cost.
-
-    ``threads`` sets torch's intra-op threads for the run (restored afterwards; ``None`` leaves
-    them alone). One is the default: these models are too small to gain from a second thread,
-    and on a busy machine a second one spin-waits for the first and can make a run ten times
-    slower.
+    ``threads`` sets torch's intra-op threads for the run
+    (:func:`gpt2k3.experiments.train.torch_threads`; one by default).
     """
-    if not isinstance(config, TrainConfig):
-        raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+    check_choice(mixer, "mixer", MIXERS)
+    check_instance(config, "config", TrainConfig)
     tasks = _as_tasks(tasks)
     seed = check_int(seed, "seed", 0)
-    n_steps = config.steps if until is None else check_int(until, "until", 1)
-    if n_steps > config.steps:
-        raise ValueError(f"until must be <= config.steps = {config.steps}, got {until}")
-    if threads is None:
-        return _train(mixer, tasks, model, config, seed, callback, n_steps)
-    before = torch.get_num_threads()
-    torch.set_num_threads(check_int(threads, "threads", 1))
-    try:
-        return _train(mixer, tasks, model, config, seed, callback, n_steps)
-    finally:
-        torch.set_num_threads(before)
+    n_steps = steps_to_run(config, until)
+    with torch_threads(threads):
+        net = build_model(mixer, tasks, model, seed)
+        held_out = {t.n_pairs: mqar(t, config.eval_examples,
+                                    seed=_EVAL_SEED_BASE + 1009 * seed + t.n_pairs) for t in tasks}
+        scores = {}  # step -> {P: (accuracy, loss)}
 
+        def checkpoint(step):
+            scores[step] = {P: evaluate(net, b) for P, b in held_out.items()}
 
-def _train(mixer, tasks, model, config, seed, callback, n_steps) -> TrainResult:
-    net = build_model(mixer, tasks, model, seed)
-    decay = [p for p in net.parameters() if p.dim() >= 2]
-    no_decay = [p for p in net.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=config.lr, betas=(0.9, 0.98))
-    held_out = {t.n_pairs: mqar(t, config.eval_examples, seed=_EVAL_SEED_BASE + 1009 * seed + t.n_pairs)
-                for t in tasks}
-    checkpoints = {s for s in config.checkpoint_steps() if s < n_steps} | {n_steps}
-    losses, history, eval_loss = [], [], {}
-    seconds = 0.0
-    net.train()
-    for step in range(n_steps):
-        start = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = config.lr_at(step)
-        batch = mqar(tasks[step % len(tasks)], config.batch_size, seed=seed * _STEPS_PER_SEED + step)
-        loss = masked_loss(net(batch.inputs), batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
-        opt.step()
-        losses.append(loss.item())
-        seconds += time.perf_counter() - start
-        if callback is not None:
-            callback(step, losses[-1])
-        if step + 1 in checkpoints:
-            scores = {P: evaluate(net, b) for P, b in held_out.items()}
-            history.append((step + 1, {P: acc for P, (acc, _) in scores.items()}))
-            eval_loss = {P: loss for P, (_, loss) in scores.items()}
+        losses, seconds = fit(
+            net, config, lambda s: mqar(tasks[s % len(tasks)], config.batch_size,
+                                        seed=seed * _STEPS_PER_SEED + s),
+            _query_loss, n_steps, evaluate=checkpoint, callback=callback,
+            eval_at={s for s in config.checkpoint_steps() if s < n_steps} | {n_steps})
+    history = [(s, {P: acc for P, (acc, _) in at.items()}) for s, at in scores.items()]
+    eval_loss = {P: loss for P, (_, loss) in scores[n_steps].items()}
     return TrainResult(mixer=mixer, tasks=tasks, model=model, train=config, seed=seed,
                        losses=losses, accuracy=dict(history[-1][1]), eval_loss=eval_loss,
                        history=history, n_params=net.num_params(), seconds=seconds)
@@ -436,7 +384,7 @@ def sweep_config(data: dict) -> tuple[list[MQARConfig], ModelConfig, TrainConfig
 def sweep_point(data: dict, mixer: str, seed: int, step: int | None = None) -> dict[int, float]:
     """The sweep's accuracy per number of pairs for one run (``mixer``, ``seed``) at checkpoint
     ``step`` (default: the last), as ``{P: accuracy}``."""
-    _check_mixer(mixer)
+    check_choice(mixer, "mixer", MIXERS)
     runs = [r for r in data.get("runs", []) if r["mixer"] == mixer and r["seed"] == seed]
     if not runs:
         raise ValueError(f"the results hold no run of mixer={mixer!r} with seed={seed!r}")

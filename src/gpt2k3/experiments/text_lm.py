@@ -26,12 +26,12 @@ table has ``context`` rows and nothing beyond: it cannot run past them at all.
 **Matched parameters.** The token mixers differ in size (the delta family adds a short
 convolution, a write-strength and gate projections, an output norm and gate), so each model
 gets the MLP width that brings its *total* parameter count closest to GPT-2's
-(:func:`matched_sizes`): a GELU MLP of width ``mlp_hidden`` in place of ``4 d``, or for the
+(:func:`matched_sizes`): a GELU MLP (:class:`gpt2k3.layers.mlp.MLP`) of width ``mlp_hidden`` in place of ``4 d``, or for the
 tiny K3 the experts' width ``d_expert`` and then its one dense layer's ``d_ff``. The counts are
 recorded with the results; K3 activates fewer than it holds (2 of 8 routed experts per token).
 
-**Training** (:func:`train`) is a small deterministic loop: AdamW, linear warm-up then cosine
-decay to a tenth, gradient clipping, random windows of the training books drawn with an
+**Training** (:func:`train`) runs chapter 10's loop, :func:`gpt2k3.experiments.train.fit`:
+AdamW, linear warm-up then cosine decay to a tenth, gradient clipping; here on random windows of the training books drawn with an
 explicit generator (:func:`gpt2k3.experiments.corpus.sample_batch`), every model for the same number of
 bytes. **Evaluation** (:func:`evaluate`) scores fixed windows of the validation books: bits
 per byte overall and per position in the window (:func:`position_bits`), at the training
@@ -49,7 +49,6 @@ import copy
 import hashlib
 import io
 import math
-import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -60,18 +59,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt2k3.cache import ConvCache
-from gpt2k3.checks import check_finite_number, check_int
+from gpt2k3.checks import check_choice, check_finite_number, check_instance, check_int
 from gpt2k3.config import GPTConfig
 from gpt2k3.experiments import corpus as _text
-from gpt2k3.experiments.train import warmup_cosine_lr
+from gpt2k3.experiments.train import TrainSettings, fit, mixer_layer, steps_to_run, torch_threads
 from gpt2k3.layers import deltanet as delta
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.linear_attention import LinearAttention
+from gpt2k3.layers.mlp import MLP
 from gpt2k3.model import GPT
 from gpt2k3.models.hybrid import hybrid_mixer, hybrid_schedule
 from gpt2k3.models.k3 import tiny_k3
 
-__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "CHECKPOINT", "TextModelConfig", "TextTrainConfig", "GeluMLP", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "save_checkpoint", "load_checkpoint", "load_gpt2", "checkpoint_path", "PUBLISHED_SCALE", "scale_ratios"]
+__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "CHECKPOINT", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "save_checkpoint", "load_checkpoint", "load_gpt2", "checkpoint_path", "PUBLISHED_SCALE", "scale_ratios"]
 
 #: The models compared in chapter 11, in the book's order.
 MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3")
@@ -129,12 +129,6 @@ def scale_ratios(params: int, tokens: int, published: Mapping | None = None) -> 
     return out
 
 
-def _check_mixer(mixer) -> str:
-    if mixer not in MIXERS:
-        raise ValueError(f"mixer must be one of {MIXERS}, got {mixer!r}")
-    return mixer
-
-
 @dataclass(frozen=True)
 class TextModelConfig:
     """The small decoder: ``n_layer`` blocks of width ``d_model`` with ``n_head`` heads, trained
@@ -164,8 +158,9 @@ class TextModelConfig:
 
 
 @dataclass(frozen=True)
-class TextTrainConfig:
-    """The training loop's settings (see :func:`train`); defaults are chapter 11's run.
+class TextTrainConfig(TrainSettings):
+    """The training loop's settings (see :func:`train` and
+    :class:`gpt2k3.experiments.train.TrainSettings`); defaults are chapter 11's run.
 
     Every run trains on ``steps * batch_size * context`` bytes. The validation curve is scored
     every ``eval_every`` steps (and at step 0) on ``curve_windows`` windows of ``context``
@@ -174,45 +169,18 @@ class TextTrainConfig:
 
     steps: int = 300
     batch_size: int = 8
-    lr: float = 3e-3
-    weight_decay: float = 0.1
-    warmup: int = 30
-    grad_clip: float = 1.0
     eval_every: int = 30
     curve_windows: int = 32
     eval_windows: int = 16
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "eval_every", "curve_windows", "eval_windows"):
+        super().__post_init__()
+        for name in ("eval_every", "curve_windows", "eval_windows"):
             check_int(getattr(self, name), name, 1)
-        check_int(self.warmup, "warmup", 0)
-        check_finite_number(self.lr, "lr", 1)
-        check_finite_number(self.weight_decay, "weight_decay", 1, allow_zero=True)
-        check_finite_number(self.grad_clip, "grad_clip", 1)
-
-    def lr_at(self, step: int) -> float:
-        """Learning rate at ``step`` (0-based): :func:`gpt2k3.experiments.train.warmup_cosine_lr`."""
-        return warmup_cosine_lr(step, self.lr, self.warmup, self.steps)
 
     def curve_steps(self) -> list[int]:
         """Steps (counts of updates done) at which the validation curve is scored."""
         return sorted({0, *range(self.eval_every, self.steps + 1, self.eval_every), self.steps})
-
-
-class GeluMLP(nn.Module):
-    """GPT-2's MLP (``c_fc``, tanh-GELU, ``c_proj``) with a chosen hidden width ``hidden``
-    instead of ``4 n_embd``: the knob that matches parameter counts."""
-
-    def __init__(self, config: GPTConfig, hidden: int):
-        super().__init__()
-        check_int(hidden, "hidden", 1)
-        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
-        self.gelu = nn.GELU(approximate="tanh")
-        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
 class ConvMixer(nn.Module):
@@ -226,6 +194,10 @@ class ConvMixer(nn.Module):
     activation), started as the identity (the last tap 1, the others 0), so the model starts out
     as the layer alone. Its cache (:class:`ConvCache`) keeps the last ``kernel_size - 1`` inputs
     beside the inner layer's cache, so decoding byte by byte equals one forward pass.
+
+    A deliberate second short convolution: it is :class:`gpt2k3.layers.conv.ShortConv`'s
+    convolution with neither its SiLU nor its random start, and chapter 11's recorded runs were
+    trained with exactly this form.
     """
 
     def __init__(self, inner: nn.Module, channels: int, kernel_size: int = CONV_SIZE):
@@ -243,9 +215,6 @@ class ConvMixer(nn.Module):
         return ConvCache(self.inner.new_cache(batch, max_len, dtype=dtype, device=device))
 
     def forward(self, x: torch.Tensor, cache: ConvCache | None = None) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.channels:
-            raise ValueError(f"x must have shape (B, T, {self.channels}), got "
-                             f"{tuple(getattr(x, 'shape', ()))}")
         if cache is not None and not isinstance(cache, ConvCache):
             raise ValueError(f"cache must be a ConvCache (from new_cache), got {type(cache).__name__}")
         B, T, C = x.shape
@@ -264,9 +233,8 @@ class ConvMixer(nn.Module):
 def gpt_config(mixer: str, model: TextModelConfig = TextModelConfig()) -> GPTConfig:
     """The :class:`GPTConfig` of ``mixer``'s model: byte vocabulary; a learned position table of
     ``context`` rows for GPT-2, none (and ``block_size = max_context``) for every other."""
-    _check_mixer(mixer)
-    if not isinstance(model, TextModelConfig):
-        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    check_choice(mixer, "mixer", MIXERS)
+    check_instance(model, "model", TextModelConfig)
     learned = mixer in LEARNED_POSITIONS
     return GPTConfig(block_size=model.context if learned else model.max_context,
                      vocab_size=_text.VOCAB_SIZE, n_layer=model.n_layer, n_head=model.n_head,
@@ -284,25 +252,22 @@ def _check_sizes(mixer: str, sizes: Mapping | None) -> dict:
 
 
 def _build(mixer: str, model: TextModelConfig, sizes: dict) -> GPT:
+    """``mixer``'s model with the widths ``sizes``, drawn from the global random state and not
+    checked: the builder behind :func:`build_model` and :func:`matched_sizes`."""
     config = gpt_config(mixer, model)
     if mixer == "k3":
         return tiny_k3(config, **sizes)
-    hidden = sizes.get("mlp_hidden")
-    mlp = None if hidden is None else (lambda c, i: GeluMLP(c, hidden))
-    cs = model.chunk_size
+    hidden, cs = sizes.get("mlp_hidden"), model.chunk_size
+    mlp = None if hidden is None else (lambda c, i: MLP(c, hidden))  # None: GPT-2's 4 d
     if mixer == "softmax":
-        mixer_fn = None
-    elif mixer == "softmax_conv":
-        mixer_fn = lambda c, i: ConvMixer(CausalSelfAttention(c), c.n_embd)  # noqa: E731
-    elif mixer == "linear":
-        mixer_fn = lambda c, i: ConvMixer(LinearAttention(c, chunk_size=cs), c.n_embd)  # noqa: E731
-    elif mixer == "hybrid":
-        mixer_fn = hybrid_mixer(hybrid_schedule(model.n_layer, 3), delta.KDA, chunk_size=cs)
-    else:
-        cls = {"deltanet": delta.DeltaNet, "gated_deltanet": delta.GatedDeltaNet,
-               "kda": delta.KDA}[mixer]
-        mixer_fn = lambda c, i: cls(c, chunk_size=cs)  # noqa: E731
-    return GPT(config, mixer=mixer_fn, mlp=mlp)
+        mix = None  # GPT-2's own attention
+    elif mixer == "hybrid":  # Kimi Linear's 3:1: three KDA layers, then one softmax attention
+        mix = hybrid_mixer(hybrid_schedule(model.n_layer, 3), delta.KDA, chunk_size=cs)
+    elif mixer in CONV_ADDED:  # no convolution of their own: one goes in front
+        mix = lambda c, i: ConvMixer(mixer_layer(mixer.removesuffix("_conv"), c, cs), c.n_embd)
+    else:  # the delta family, with its own short convolution on q, k and v
+        mix = lambda c, i: mixer_layer(mixer, c, cs)
+    return GPT(config, mixer=mix, mlp=mlp)
 
 
 _MATCHED: dict = {}
@@ -317,9 +282,8 @@ def matched_sizes(mixer: str, model: TextModelConfig = TextModelConfig()) -> dic
     width ``d_ff`` that comes nearest. Counts are linear in these widths, so two builds give
     the slope and a third checks the answer.
     """
-    _check_mixer(mixer)
-    if not isinstance(model, TextModelConfig):
-        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    check_choice(mixer, "mixer", MIXERS)
+    check_instance(model, "model", TextModelConfig)
     key = (mixer, model)
     if key in _MATCHED:
         return dict(_MATCHED[key])
@@ -352,9 +316,8 @@ def build_model(mixer: str, model: TextModelConfig = TextModelConfig(), seed: in
                 sizes: Mapping | None = None) -> GPT:
     """A freshly initialised model (seeded) with ``mixer``; ``sizes`` default to
     :func:`matched_sizes`. The global random state is left as it was."""
-    _check_mixer(mixer)
-    if not isinstance(model, TextModelConfig):
-        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
+    check_choice(mixer, "mixer", MIXERS)
+    check_instance(model, "model", TextModelConfig)
     sizes = matched_sizes(mixer, model) if sizes is None else _check_sizes(mixer, sizes)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(check_int(seed, "seed", 0))
@@ -364,8 +327,7 @@ def build_model(mixer: str, model: TextModelConfig = TextModelConfig(), seed: in
 def param_counts(model: GPT) -> dict:
     """``{"total", "active"}``: parameters held, and those one token uses (fewer only with an
     MoE: the tiny K3's routed experts count ``top_k`` of ``n_routed_experts``)."""
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance(model, "model", GPT)
     total = model.num_params()
     spec = getattr(model, "spec", None)
     if spec is None:
@@ -380,8 +342,7 @@ def param_counts(model: GPT) -> dict:
 def mixer_names(model: GPT) -> list[str]:
     """The token mixer of every block, by name: ``"softmax"``, ``"conv + softmax"``,
     ``"conv + linear"``, ``"DeltaNet"``, ``"Gated DeltaNet"``, ``"KDA"``, ``"MLA"``."""
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance(model, "model", GPT)
     from gpt2k3.layers.mla import MLA
 
     def name(layer):
@@ -427,8 +388,7 @@ def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) 
     """Mean loss in bits per byte at every position of the windows ``x`` -> ``y`` (each
     ``(N, T)``), as a float64 tensor ``(T,)``. Runs ``batch`` windows at a time in eval mode.
     ``ValueError`` if a window is longer than the model's ``block_size`` or a loss is not finite."""
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance(model, "model", GPT)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.dim() != 2 \
             or x.shape != y.shape:
         raise ValueError(f"x and y must be (N, T) tensors of one shape, got "
@@ -482,8 +442,7 @@ def decode_bytes(model: GPT, idx: torch.Tensor, lengths: Sequence[int]) -> dict[
     """Bytes the model keeps for one sequence after reading each of ``lengths`` bytes of ``idx``
     ``(1, T)``: its cache's ``used_nbytes`` (KV cache, recurrent states, MLA latents), in the
     model's own dtype. A length past ``block_size`` gives ``None``."""
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance(model, "model", GPT)
     lengths = sorted({check_int(n, "length", 1) for n in lengths})
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[0] != 1 \
             or idx.shape[1] < lengths[-1]:
@@ -532,8 +491,7 @@ def sample(model: GPT, prompt: str, max_new_tokens: int, temperature: float = 0.
     same weights, prompt and seed give the same bytes on any machine unless a draw lands within
     rounding of a boundary (``min_margin`` says how far the closest one was).
     """
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance(model, "model", GPT)
     if not isinstance(prompt, str) or not prompt:
         raise ValueError(f"prompt must be a non-empty str, got {prompt!r}")
     n = check_int(max_new_tokens, "max_new_tokens", 0)
@@ -635,87 +593,51 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
     afterwards; ``None`` leaves them): one by default, which on a shared CPU is as fast for
     models this small and does not spin-wait.
     """
-    _check_mixer(mixer)
+    check_choice(mixer, "mixer", MIXERS)
     train_data, val_data = _check_data(data)
-    if not isinstance(model, TextModelConfig):
-        raise ValueError(f"model must be a TextModelConfig, got {type(model).__name__}")
-    if not isinstance(config, TextTrainConfig):
-        raise ValueError(f"config must be a TextTrainConfig, got {type(config).__name__}")
+    check_instance(model, "model", TextModelConfig)
+    check_instance(config, "config", TextTrainConfig)
     seed = check_int(seed, "seed", 0)
-    n_steps = config.steps if until is None else check_int(until, "until", 1)
-    if n_steps > config.steps:
-        raise ValueError(f"until must be <= config.steps = {config.steps}, got {until}")
+    n_steps = steps_to_run(config, until)
     if callback is not None and not callable(callback):
         raise ValueError("callback must be None or callable")
     _text.eval_windows(val_data, model.max_context, config.eval_windows)  # checks the sizes
-    if threads is None:
-        return _train(mixer, train_data, val_data, model, config, seed, callback, n_steps,
-                      final_eval, sample_args)
-    before = torch.get_num_threads()
-    torch.set_num_threads(check_int(threads, "threads", 1))
-    try:
-        return _train(mixer, train_data, val_data, model, config, seed, callback, n_steps,
-                      final_eval, sample_args)
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(threads):
+        sizes = matched_sizes(mixer, model)
+        net = build_model(mixer, model, seed, sizes)
+        gen = torch.Generator().manual_seed(seed * _BATCH_SEED_BASE + 7)
+        curve_x, curve_y = _text.eval_windows(val_data, model.context, config.curve_windows)
+        curve = []
 
+        def val_point(step):
+            curve.append((step, float(position_bits(net, curve_x, curve_y).mean())))
 
-def _train(mixer, train_data, val_data, model, config, seed, callback, n_steps, final_eval,
-           sample_args) -> TextRun:
-    sizes = matched_sizes(mixer, model)
-    net = build_model(mixer, model, seed, sizes)
-    decay = [p for p in net.parameters() if p.dim() >= 2]
-    no_decay = [p for p in net.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=config.lr, betas=(0.9, 0.95))
-    gen = torch.Generator().manual_seed(seed * _BATCH_SEED_BASE + 7)
-    curve_x, curve_y = _text.eval_windows(val_data, model.context, config.curve_windows)
-    curve_at = {s for s in config.curve_steps() if s <= n_steps}
-
-    def val_point(step):
-        return step, float(position_bits(net, curve_x, curve_y).mean())
-
-    curve = [val_point(0)] if 0 in curve_at else []
-    losses, seconds = [], 0.0
-    net.train()
-    for step in range(n_steps):
-        start = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = config.lr_at(step)
-        x, y = _text.sample_batch(train_data, config.batch_size, model.context, gen)
-        logits = net(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        if not torch.isfinite(loss):
-            raise ValueError(f"{mixer}: the training loss is not finite at step {step} "
-                             f"(lower config.lr = {config.lr})")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
-        opt.step()
-        seconds += time.perf_counter() - start
-        losses.append(loss.item() * _BITS)
-        if callback is not None:
-            callback(step, losses[-1])
-        if step + 1 in curve_at:
-            curve.append(val_point(step + 1))
-    net.eval()
-    pos: dict = {}
-    mean: dict = {}
-    cache: dict = {}
-    if final_eval:
-        windows = _text.eval_windows(val_data, model.max_context, config.eval_windows)
-        for length, bits in evaluate(net, windows, model.lengths).items():
-            pos[length] = None if bits is None else bits.tolist()
-            mean[length] = None if bits is None else float(bits.mean())
-        cache = decode_bytes(net, windows[0][:1], model.lengths)
-    result = TextRun(mixer=mixer, seed=seed, sizes=sizes, params=param_counts(net),
-                     losses=losses, curve=curve, position_bits=pos, length_bits=mean,
-                     decode_bytes=cache, train_seconds=seconds,
-                     tokens=n_steps * config.batch_size * model.context, model=net)
-    if sample_args is not None:
-        result.sample = sample(net, **dict(sample_args))
+        losses, seconds = fit(
+            net, config, lambda s: _text.sample_batch(train_data, config.batch_size, model.context, gen),
+            _byte_loss, n_steps, evaluate=val_point,
+            eval_at={s for s in config.curve_steps() if s <= n_steps},
+            callback=None if callback is None else (lambda s, loss: callback(s, loss * _BITS)))
+        net.eval()
+        result = TextRun(mixer=mixer, seed=seed, sizes=sizes, params=param_counts(net),
+                         losses=[loss * _BITS for loss in losses], curve=curve, position_bits={},
+                         length_bits={}, decode_bytes={}, train_seconds=seconds,
+                         tokens=n_steps * config.batch_size * model.context, model=net)
+        if final_eval:
+            windows = _text.eval_windows(val_data, model.max_context, config.eval_windows)
+            for length, bits in evaluate(net, windows, model.lengths).items():
+                result.position_bits[length] = None if bits is None else bits.tolist()
+                result.length_bits[length] = None if bits is None else float(bits.mean())
+            result.decode_bytes = decode_bytes(net, windows[0][:1], model.lengths)
+        if sample_args is not None:
+            result.sample = sample(net, **dict(sample_args))
     return result
+
+
+def _byte_loss(net: GPT, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy (nats) of ``net`` predicting every next byte of the windows ``batch``."""
+    x, y = batch
+    logits = net(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
 def _round(x, digits: int = 5):
@@ -727,8 +649,7 @@ def _round(x, digits: int = 5):
 def run_record(run: TextRun, bins: Mapping[int, Sequence[tuple[int, int]]] | None = None) -> dict:
     """A JSON-ready record of ``run`` (floats at 5 significant digits, lengths as string keys):
     per-position curves are averaged over ``bins[length]`` (default :func:`position_bins`)."""
-    if not isinstance(run, TextRun):
-        raise ValueError(f"run must be a TextRun, got {type(run).__name__}")
+    check_instance(run, "run", TextRun)
     pos = {}
     for length, values in run.position_bits.items():
         b = (bins or {}).get(length) or position_bins(length)
@@ -762,8 +683,7 @@ def save_checkpoint(model: GPT, path, *, mixer: str, meta: Mapping | None = None
     """Save ``model``'s weights (float32) and configuration to ``path``; return the file's
     SHA-256. Only plain GPT-2-shaped models (``mixer="softmax"`` with no parts swapped) load
     back with :func:`load_checkpoint`."""
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a GPT, got {type(model).__name__}")
+    check_instance(model, "model", GPT)
     if mixer != REFERENCE:
         raise ValueError(f"mixer must be {REFERENCE!r}: only the GPT-2-shaped model is shipped, "
                          f"got {mixer!r}")

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.checks import check_positive_int
 from gpt2k3.experiments.recall import MIXER_LABELS
 
 __all__ = ["recall_summary", "recall_table", "recall_accuracy", "recall_loss_curves",
@@ -154,8 +155,7 @@ def recall_accuracy(data: Mapping, active: int | None = None) -> go.Figure:
 
 def smooth(values: Sequence[float], window: int) -> list[float]:
     """Trailing moving average over ``window`` values (shorter at the start)."""
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
+    check_positive_int(window, "window")
     out, total = [], 0.0
     for i, v in enumerate(values):
         total += v

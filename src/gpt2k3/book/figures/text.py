@@ -20,6 +20,7 @@ from IPython.display import HTML
 
 from gpt2k3.book.display import fmt_bytes
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.checks import check_positive_int
 from gpt2k3.experiments.text_lm import MIXER_LABELS, MIXERS
 
 __all__ = ["COLORS", "text_summary", "text_table", "text_models_table", "position_mean",
@@ -312,8 +313,7 @@ def text_samples_html(data: Mapping, seed: int = 0, columns: int = 2) -> HTML:
     """The samples of every model for one ``seed`` side by side (``columns`` per row): same
     prompt, temperature and generator seed, so only the model differs."""
     config, shown, runs = _check(data)
-    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
-        raise ValueError(f"columns must be a positive int, got {columns!r}")
+    check_positive_int(columns, "columns")
     cells = []
     for m in shown:
         run = next((r for r in runs if r["mixer"] == m and r["seed"] == seed), None)
