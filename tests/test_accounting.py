@@ -667,7 +667,7 @@ def test_expert_bytes_default_to_the_weight_format():
 
 def test_distinct_experts_distribution_has_the_closed_form_mean():
     from gpt2k3.accounting.decode import expected_distinct_experts
-    from gpt2k3.accounting.serving import (
+    from gpt2k3.accounting.experts import (
         _distinct_experts_distribution as distinct_experts_distribution)
     for e, k, b in ((896, 16, 1), (896, 16, 64), (8, 2, 3), (5, 5, 2)):
         p = distinct_experts_distribution(e, k, b)
@@ -679,7 +679,7 @@ def test_distinct_experts_distribution_has_the_closed_form_mean():
 
 def test_expected_busiest_experts_exact_small_cases():
     from itertools import combinations, product
-    from gpt2k3.accounting.serving import _busiest_experts as expected_busiest_experts
+    from gpt2k3.accounting.experts import _busiest_experts as expected_busiest_experts
     # 8 experts on 4 devices, one token picks 2: both land on one device with chance 4/28
     assert expected_busiest_experts(8, 2, 1, 4) == pytest.approx(1 + 4 / 28, rel=1e-9)
     # brute force over every routing of 2 tokens, 7 experts on 3 devices (3, 2, 2)
@@ -697,8 +697,8 @@ def test_expected_busiest_experts_exact_small_cases():
 
 def test_expected_busiest_experts_matches_sampling_and_bounds():
     from gpt2k3.accounting.decode import expected_distinct_experts
-    from gpt2k3.accounting.serving import _busiest_experts as expected_busiest_experts
-    from gpt2k3.accounting.serving import (
+    from gpt2k3.accounting.experts import _busiest_experts as expected_busiest_experts
+    from gpt2k3.accounting.experts import (
         _busiest_experts_sampled as expected_busiest_experts_sampled)
     for e, k, b, n in ((896, 16, 1, 56), (896, 16, 64, 176), (64, 6, 4, 8)):
         exact = expected_busiest_experts(e, k, b, n)
@@ -714,52 +714,52 @@ def test_expected_busiest_experts_matches_sampling_and_bounds():
     assert expected_busiest_experts(896, 16, 1, 56) == pytest.approx(2.02, abs=0.01)
     # the arguments are checked once, at the public, spec-based entries below
     # the public, spec-based forms
-    from gpt2k3.accounting import serving
+    from gpt2k3.accounting import experts, serving
     from gpt2k3.archs import KIMI_K3
-    assert serving.expected_busiest_experts(KIMI_K3, 1, 56) == expected_busiest_experts(896, 16, 1, 56)
-    assert serving.expected_busiest_experts_sampled(KIMI_K3, 1, 56, trials=200) == pytest.approx(
-        serving.expected_busiest_experts(KIMI_K3, 1, 56), abs=0.2)
-    assert serving.expected_busiest_experts(GPT2_SMALL, 8, 4) == 0.0
+    assert experts.expected_busiest_experts(KIMI_K3, 1, 56) == expected_busiest_experts(896, 16, 1, 56)
+    assert experts.expected_busiest_experts_sampled(KIMI_K3, 1, 56, trials=200) == pytest.approx(
+        experts.expected_busiest_experts(KIMI_K3, 1, 56), abs=0.2)
+    assert experts.expected_busiest_experts(GPT2_SMALL, 8, 4) == 0.0
     for bad in (dict(batch=0), dict(batch=1.5), dict(n_devices=0), dict(n_devices=1.5),
                 dict(spec=None)):
         args = {**dict(spec=KIMI_K3, batch=1, n_devices=56), **bad}
         with pytest.raises(ValueError, match=next(iter(bad))):
-            serving.expected_busiest_experts(**args)
+            experts.expected_busiest_experts(**args)
     with pytest.raises(ValueError, match="seed"):
-        serving.expected_busiest_experts_sampled(KIMI_K3, seed=1.5)
+        experts.expected_busiest_experts_sampled(KIMI_K3, seed=1.5)
     with pytest.raises(ValueError, match="trials"):
-        serving.expected_busiest_experts_sampled(KIMI_K3, trials=0)
+        experts.expected_busiest_experts_sampled(KIMI_K3, trials=0)
 
 
 def test_expected_busiest_experts_work_is_bounded_whatever_the_batch(monkeypatch):
     """The distinct-expert law is built token by token only until it has saturated: the number
     of one-token steps depends on the experts and top-k, never on the batch, so a batch of
     2**62 costs what a batch of a few thousand does, and gives the same (saturated) answer."""
-    from gpt2k3.accounting import serving
+    from gpt2k3.accounting import experts, serving
     from gpt2k3.archs import KIMI_K3
     e, k = KIMI_K3.n_routed_experts, KIMI_K3.top_k
-    cap = serving._saturation_batch(e, k)
+    cap = experts._saturation_batch(e, k)
     assert cap < 4000 and e * (1 - k / e) ** cap < 2.0 ** -60      # saturated at the cap
     steps = []
-    one_token = serving._one_token
-    monkeypatch.setattr(serving, "_one_token", lambda *a: steps.append(1) or one_token(*a))
-    huge = serving.expected_busiest_experts(KIMI_K3, 2 ** 62, 56)
+    one_token = experts._one_token
+    monkeypatch.setattr(experts, "_one_token", lambda *a: steps.append(1) or one_token(*a))
+    huge = experts.expected_busiest_experts(KIMI_K3, 2 ** 62, 56)
     assert 0 < len(steps) <= cap
     assert huge == pytest.approx(16.0, rel=1e-12)                     # every expert picked
     steps.clear()
-    assert serving.expected_busiest_experts(KIMI_K3, 1, 56) > 1 and len(steps) == 1
+    assert experts.expected_busiest_experts(KIMI_K3, 1, 56) > 1 and len(steps) == 1
     # below the cap nothing changed: token by token, as before
-    p_small = serving._distinct_experts_distribution(8, 2, 3)
+    p_small = experts._distinct_experts_distribution(8, 2, 3)
     assert sum(p_small) == pytest.approx(1.0, abs=1e-12)
-    assert serving._saturation_batch(5, 5) == 1
+    assert experts._saturation_batch(5, 5) == 1
     for e2, k2 in ((8, 2), (64, 6), (896, 16)):
-        c2 = serving._saturation_batch(e2, k2)
-        assert serving._distinct_experts_distribution(e2, k2, 10 ** 18) == \
-            serving._distinct_experts_distribution(e2, k2, c2)
+        c2 = experts._saturation_batch(e2, k2)
+        assert experts._distinct_experts_distribution(e2, k2, 10 ** 18) == \
+            experts._distinct_experts_distribution(e2, k2, c2)
 
 
 def test_plan_roofline_reads_the_busiest_devices_experts():
-    from gpt2k3.accounting.serving import expected_busiest_experts
+    from gpt2k3.accounting.experts import expected_busiest_experts
     from gpt2k3.archs import KIMI_K3
     s, n_ctx = KIMI_K3, 1 << 20
     plan = serving_plan(s, n_ctx, 1, tp=8)

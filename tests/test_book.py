@@ -69,6 +69,83 @@ def test_plotly_figures_render_as_divs(site):
     assert "application/vnd.plotly.v1+json" not in page  # rendered, not dumped
 
 
+_CAPTION = re.compile(r'<p><strong><code class="docutils literal notranslate"><span class="pre">(gpt2k3\.[\w.]+)'
+                      r'</span></code></strong> (·|→) (.*?)</p>\s*<div class="highlight-(\w+) notranslate">'
+                      r'<div class="highlight"><pre>', re.S)
+
+
+def _listing_pages(html: Path) -> dict[str, list[tuple[str, str]]]:
+    """Each page's code listings: (object shown, highlight language), in page order."""
+    out = {}
+    for page in _pages(html):
+        found = [(m.group(1), m.group(4)) for m in _CAPTION.finditer(page.read_text())]
+        if found:
+            out[page.relative_to(html).as_posix()] = found
+    return out
+
+
+def test_listings_render_as_highlighted_code_with_their_caption(site):
+    """A show_source / show_diff output is a caption naming the object and a highlighted block
+    (Pygments' spans inside), not an escaped Markdown string."""
+    html, _ = site
+    listings = _listing_pages(html)
+    k3 = listings.get("notebooks/12_k3_in_one_sitting.html", [])
+    assert len(k3) >= 20 and {lang for _, lang in k3} == {"python"}, k3[:5]
+    assert ("gpt2k3.model.GPT.forward", "python") in k3
+    for rel, found in listings.items():
+        text = (html / rel).read_text()
+        assert "```" not in text, f"{rel}: a listing was left as raw Markdown"
+        assert all(lang in ("python", "diff") for _, lang in found), (rel, found)
+        if any(lang == "diff" for _, lang in found):
+            assert '<span class="gi">+' in text or '<span class="gd">-' in text, f"{rel}: a diff is not highlighted"
+    css = (html / "_static" / "book.css").read_text()
+    assert 'div.cell div.cell_output > div[class^="highlight-"] pre' in css
+
+
+_LISTING_BOXES_JS = """
+() => [document.documentElement.scrollWidth, document.documentElement.clientWidth,
+       Array.from(document.querySelectorAll('div.cell_output > div[class^="highlight-"]')).map(box => {
+         const pre = box.querySelector('pre'), cap = box.previousElementSibling, s = getComputedStyle(pre);
+         const w = document.documentElement.clientWidth + 1;
+         return [s.whiteSpace, s.overflowX, box.getBoundingClientRect().right <= w,
+                 !cap || cap.getBoundingClientRect().right <= w];
+       })]
+"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_listings_scroll_in_their_own_box_on_a_phone(site, tmp_path, mode):
+    """At 390 px a listing line wider than the column scrolls inside the listing, and neither
+    the listing nor its caption reaches past the column; in light and dark mode alike. The
+    page of listings alone ("Kimi K3 in one sitting") never scrolls sideways."""
+    chromium = chromium_path()
+    if chromium is None:
+        pytest.fail("Debian chromium is not installed (the README's test command installs it)")
+    from playwright.sync_api import sync_playwright
+
+    html, _ = site
+    pages = sorted(_listing_pages(html))
+    assert pages
+    problems = []
+    with serve(html) as base, sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 390, "height": 844})
+        page = ctx.new_page()
+        for rel in pages:
+            page.goto(base + rel, wait_until="load")
+            page.evaluate(f"document.documentElement.dataset.theme = '{mode}'")
+            scroll, client, boxes = page.evaluate(_LISTING_BOXES_JS)
+            if rel.endswith("12_k3_in_one_sitting.html") and scroll > client:
+                problems.append(f"{rel}: the page scrolls sideways at 390 px ({scroll} > {client})")
+            bad = [b for b in boxes if b != ["pre", "auto", True, True]]
+            if bad:
+                problems.append(f"{rel}: {len(bad)} listings wrap or overflow the column: {bad[:3]}")
+        ctx.close()
+    assert not problems, "\n".join(problems)
+
+
 _FIGURES_JS = """
 () => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => ({
   id: gd.id, sliders: (gd.layout.sliders || []).map(s => ({n: s.steps.length, active: s.active || 0}))

@@ -15,7 +15,8 @@ from gpt2k3.accounting import (H200, count_params, decode_bytes_per_token, kv_ca
 from gpt2k3.accounting.serving import WEIGHT_FORMATS, tpot_readings, weight_format
 from gpt2k3.archs import (GPT2_SMALL, K3_TOTAL_PARAMS, KIMI_K3, KIMI_LINEAR_48B,
     KIMI_LINEAR_CLAIMS, PUBLISHED, gpt2_multiples, gpt2_to_k3_steps)
-from gpt2k3.book.figures import k3 as F
+from gpt2k3.book import figures as F  # the figures and the tables of chapter 9
+from gpt2k3.book.display import fmt_count
 from gpt2k3.book.figures.gates import hybrid_spec
 
 ONE_M = 1 << 20
@@ -251,7 +252,7 @@ def test_what_changed_ends_at_the_published_k3():
     assert [r[:2] for r in short] == [r[:2] for r in rows]
     assert short[2][3] == "−7.52B" and short[-1][2] == "2.78T" and short[0][3] == ""
     assert short[names.index("bounded decay")][3] == "0"
-    assert F.fmt_count(4_974_592, sign=True) == "+4.97M" and F.fmt_count(0) == "0"
+    assert fmt_count(4_974_592, sign=True) == "+4.97M" and fmt_count(0) == "0"
 
 
 # ----------------------------------------------------------------------------- figures

@@ -9,6 +9,8 @@ including chapters written later:
   (a float32 computation is good to about 7; what it prints must be less);
 * no rounding-level quantity (below 1e-4) is printed as raw digits: it is asserted against
   a tolerance and shown as the bound, ``≤ 1e-5`` (see ``gpt2k3.book.display.bound``);
+* code listings (``show_source`` / ``show_diff``) are source, not results: they are left to
+  ``tests/test_listings.py``, which compares them with the package;
 * only cells whose point is a live, machine-dependent display skip nbval's comparison, and
   each says why in a comment.
 
@@ -33,6 +35,9 @@ ALLOW: dict[tuple[str, str], str] = {
     ("03_linear_attention", "eps"): "the normaliser's epsilon, a constant of the code, not a result",
 }
 
+# a code listing (gpt2k3.book.display.show_source / show_diff): source code, whose constants are
+# the code's, compared with the package by tests/test_listings.py
+_LISTING = re.compile(r"\*\*`[^`]+`\*\* (·|→) ")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?(?![\w.])")
 _BOUND_BEFORE = ("≤", "<", "<=")
 
@@ -110,6 +115,9 @@ def output_problems(nb_path: Path) -> list[str]:
             if out["output_type"] == "stream":
                 texts.append((f"c{i}", "".join(out["text"])))
             elif out["output_type"] in ("display_data", "execute_result"):
+                md = out["data"].get("text/markdown", "")
+                if _LISTING.match("".join(md) if isinstance(md, list) else md):
+                    continue
                 name = out.get("metadata", {}).get("scrapbook", {}).get("name")
                 where = name or f"c{i}"
                 for mime, data in out["data"].items():

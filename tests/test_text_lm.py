@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from gpt2k3.book import results
-from gpt2k3.experiments import corpus as text, text_lm
+from gpt2k3.experiments import checkpoint, corpus as text, text_lm
 from gpt2k3.model import GPT
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.deltanet import BoundedKDA
@@ -230,21 +230,21 @@ def test_position_bins_cover_every_position():
 def test_checkpoint_round_trip(tmp_path):
     net = text_lm.build_model("softmax", TINY, seed=0)
     path = tmp_path / "m.pt"
-    sha = text_lm.save_checkpoint(net, path, mixer="softmax", meta={"seed": 0})
+    sha = checkpoint.save_checkpoint(net, path, mixer="softmax", meta={"seed": 0})
     assert len(sha) == 64
-    back, meta = text_lm.load_checkpoint(path)
+    back, meta = checkpoint.load_checkpoint(path)
     assert meta == {"seed": 0} and back.config == net.config
     x = text.encode("And God said")[None]
     torch.testing.assert_close(back(x), net.eval()(x), rtol=0, atol=0)
     with pytest.raises(ValueError, match="only the GPT-2-shaped"):
-        text_lm.save_checkpoint(text_lm.build_model("kda", TINY), path, mixer="kda")
+        checkpoint.save_checkpoint(text_lm.build_model("kda", TINY), path, mixer="kda")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="checkpoint"):
-        text_lm.load_checkpoint(tmp_path / "junk.pt")
+        checkpoint.load_checkpoint(tmp_path / "junk.pt")
 
 
 def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
-    model = text_lm.load_gpt2()
+    model = checkpoint.load_gpt2()
     assert isinstance(model, GPT) and not model.training
     assert model.config.block_size == 256 and model.config.vocab_size == 256
     assert model.config.position == "learned" and type(model.transformer.h[0].attn) is CausalSelfAttention
@@ -258,7 +258,7 @@ def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
     assert a == b
     assert a.ids == s["ids"] and a.text == s["text"]
     assert a.min_margin > 1e-9  # far above float64 rounding: no machine picks another byte
-    assert text_lm.checkpoint_path().read_bytes() and shipped["bytes"] < 8 * 2**20
+    assert checkpoint.checkpoint_path().read_bytes() and shipped["bytes"] < 8 * 2**20
 
 
 @pytest.mark.parametrize("call, match", [
@@ -272,7 +272,7 @@ def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
     (lambda: TextModelConfig(d_model=30, n_head=4), "divisible"),
     (lambda: TextTrainConfig(lr=0), "lr"),
     (lambda: text_lm.param_counts(nn.Linear(2, 2)), "model must be a GPT"),
-    (lambda: text_lm.checkpoint_path("../x.pt"), "plain file name"),
+    (lambda: checkpoint.checkpoint_path("../x.pt"), "plain file name"),
 ])
 def test_bad_arguments_raise(call, match):
     with pytest.raises(ValueError, match=match):

@@ -102,7 +102,8 @@ _ALLOWED = [re.compile(p, re.M) for p, _ in ALLOWED_PATTERNS]
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.M | re.S)
 _ROLE = re.compile(r"\{[\w:.-]+\}`[^`]*`")
-_CODE = re.compile(r"``.+?``|`[^`\n]+`")
+#: a code span may run over a line break (not a blank line), as in CommonMark
+_CODE = re.compile(r"``.+?``|`(?:[^`\n]|\n(?![ \t]*\n))+`", re.S)
 _URL = re.compile(r"https?://\S+|\]\([^)]*\)|arXiv:\s*\d{4}\.\d{4,5}(?:v\d+)?", re.I)
 _DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
 _INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$", re.S)
@@ -189,6 +190,7 @@ def test_the_scanner_flags_typed_parameters():
     assert typed_numbers("16 heads, head dimension 128")
     assert typed_numbers("8 of the 16 channels")
     assert typed_numbers("twelve heads of 64 channels")
+    assert typed_numbers("`a`\n\n16 heads and `b`")  # a blank line ends a code span
 
 
 def test_the_scanner_passes_names_structure_and_formulas():
@@ -204,6 +206,7 @@ def test_the_scanner_passes_names_structure_and_formulas():
         "a projection at $\\beta = 1$, a reflection at $\\beta = 2$",
         "a $D \\times D$ state, a $C \\times C \\times d_k$ tensor, $2 \\times 10^{-3}$",
         "`chunkwise(q, k, v, chunk_size=64)` and\n```python\nx = 12\n```",
+        "the outer product `k_t.unsqueeze(-1) *\nv_t.unsqueeze(-2)` of a listing's line",
         "position 0 moves; 1 is as bad as an empty read; in 2020; arXiv:2006.16236",
         "see https://example.org/a1/b2 and [the paper](https://arxiv.org/abs/2006.16236)",
         "Step 2 of the algorithm is sequential.",

@@ -94,8 +94,9 @@ from gpt2k3.accounting.memory import (hybrid_cache_bytes, kv_cache_bytes, kv_num
 from gpt2k3.accounting.params import (COMPONENTS, DETAIL_COMPONENTS, PART_COMPONENTS,
     PART_OF_DETAIL, ParamCount, checkpoint_bytes, count_params, mtp_params,
     packed_bytes_per_weight, stored_elements)
+from gpt2k3.accounting.experts import expected_busiest_experts, expected_busiest_experts_sampled
 from gpt2k3.accounting.serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed,
-    expected_busiest_experts, expected_busiest_experts_sampled, hybrid_speedups, max_batch,
+    hybrid_speedups, max_batch,
     plan_roofline, roofline, roofline_band, serving_memory, serving_plan, tpot_readings,
     weight_format)
 from gpt2k3.accounting.spec import (ATTENTION_KINDS, MLPS, NORMS, POSITIONS, ArchSpec, VisionTower,

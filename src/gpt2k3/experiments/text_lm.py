@@ -46,12 +46,8 @@ chapter 1 can show real, if tiny, text from the model it builds.
 from __future__ import annotations
 
 import copy
-import hashlib
-import io
 import math
-from dataclasses import asdict, dataclass, field
-from importlib import resources
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -62,7 +58,13 @@ from gpt2k3.cache import ConvCache
 from gpt2k3.checks import check_choice, check_finite_number, check_instance, check_int
 from gpt2k3.config import GPTConfig
 from gpt2k3.experiments import corpus as _text
-from gpt2k3.experiments.train import TrainSettings, fit, mixer_layer, steps_to_run, torch_threads
+from gpt2k3.experiments.train import (
+    TrainSettings,
+    fit,
+    mixer_layer,
+    steps_to_run,
+    torch_threads,
+)
 from gpt2k3.layers import deltanet as delta
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.linear_attention import LinearAttention
@@ -71,7 +73,7 @@ from gpt2k3.model import GPT
 from gpt2k3.models.hybrid import hybrid_mixer, hybrid_schedule
 from gpt2k3.models.k3 import tiny_k3
 
-__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "CHECKPOINT", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "save_checkpoint", "load_checkpoint", "load_gpt2", "checkpoint_path", "PUBLISHED_SCALE", "scale_ratios"]
+__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "PUBLISHED_SCALE", "scale_ratios"]
 
 #: The models compared in chapter 11, in the book's order.
 MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3")
@@ -89,8 +91,6 @@ LEARNED_POSITIONS = ("softmax",)
 CONV_ADDED = ("softmax_conv", "linear")
 #: Kernel size of every short convolution (the delta layers' default).
 CONV_SIZE = 4
-#: File name of the trained GPT-2 in ``gpt2k3/checkpoints``.
-CHECKPOINT = "text_gpt2.pt"
 
 #: The scale of the papers chapter 11 compares with: parameters (total, and active per token
 #: where a mixture of experts activates fewer) and training tokens of the runs they report.
@@ -101,7 +101,6 @@ PUBLISHED_SCALE = {
     "gated_deltanet": {"params": 1.3e9, "active": 1.3e9, "tokens": 100e9},
     "kimi_linear": {"params": 48e9, "active": 3e9, "tokens": 1.4e12},
 }
-_CHECKPOINT_FORMAT = "gpt2k3.text_lm/1"
 _BITS = 1.0 / math.log(2.0)
 _BATCH_SEED_BASE = 1_000_003
 
@@ -669,55 +668,6 @@ def run_record(run: TextRun, bins: Mapping[int, Sequence[tuple[int, int]]] | Non
         record["sample"] = {"prompt": run.sample.prompt, "text": run.sample.text,
                             "ids": run.sample.ids, "min_margin": float(f"{run.sample.min_margin:.2e}")}
     return record
-
-
-# ------------------------------------------------------------------ the shipped GPT-2
-def checkpoint_path(name: str = CHECKPOINT):
-    """Where a checkpoint of the package lives (``gpt2k3/checkpoints/<name>``; a traversable)."""
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ValueError(f"name must be a plain file name, got {name!r}")
-    return resources.files("gpt2k3") / "checkpoints" / name
-
-
-def save_checkpoint(model: GPT, path, *, mixer: str, meta: Mapping | None = None) -> str:
-    """Save ``model``'s weights (float32) and configuration to ``path``; return the file's
-    SHA-256. Only plain GPT-2-shaped models (``mixer="softmax"`` with no parts swapped) load
-    back with :func:`load_checkpoint`."""
-    check_instance(model, "model", GPT)
-    if mixer != REFERENCE:
-        raise ValueError(f"mixer must be {REFERENCE!r}: only the GPT-2-shaped model is shipped, "
-                         f"got {mixer!r}")
-    payload = {"format": _CHECKPOINT_FORMAT, "mixer": mixer, "config": asdict(model.config),
-               "state_dict": {k: v.detach().float().contiguous() for k, v in model.state_dict().items()},
-               "meta": dict(meta or {})}
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    Path(path).write_bytes(buf.getvalue())
-    return hashlib.sha256(buf.getvalue()).hexdigest()
-
-
-def load_checkpoint(path) -> tuple[GPT, dict]:
-    """``(model, meta)`` from a file written by :func:`save_checkpoint` (float32, eval mode)."""
-    try:
-        with (open(path, "rb") if isinstance(path, (str, Path)) else path.open("rb")) as f:
-            payload = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
-    except Exception as err:  # a missing file, a truncated or foreign one: all the same to the caller
-        raise ValueError(f"path must be a checkpoint written by save_checkpoint "
-                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
-    if not isinstance(payload, dict) or payload.get("format") != _CHECKPOINT_FORMAT:
-        raise ValueError(f"path is not a {_CHECKPOINT_FORMAT} checkpoint")
-    model = GPT(GPTConfig(**payload["config"]))
-    model.load_state_dict(payload["state_dict"])
-    return model.eval(), dict(payload.get("meta", {}))
-
-
-def load_gpt2() -> GPT:
-    """The small GPT-2 trained on the King James Bible in chapter 11 (seed 0), shipped with the
-    package: 4 layers, width 128, byte vocabulary, 256 positions. Float32, eval mode."""
-    path = checkpoint_path()
-    if not path.is_file():
-        raise FileNotFoundError(f"{CHECKPOINT} is not in the package (run benchmarks/text_lm.py)")
-    return load_checkpoint(path)[0]
 
 
 def eval_ngram_baselines(data, model: TextModelConfig, train: TextTrainConfig,

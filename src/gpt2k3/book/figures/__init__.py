@@ -63,9 +63,10 @@ from gpt2k3.book.figures.k3_adds import (attn_res_sources, bounded_decay, latent
 __all__ += [  # chapter 8 (constants: gpt2k3.book.figures.k3_adds)
     "attn_res_sources", "bounded_decay", "latent_experts", "situ_vs_swiglu"]
 
-from gpt2k3.book.figures.k3 import (claims_rows, full_attention, hybrid_speedups, k3_batching,
-    k3_dashboard, k3_devices, k3_hybrid, k3_params, k3_roofline, kimi_linear_check, plan_rows,
-    summary_rows, what_changed_rows, what_changed_table)
+from gpt2k3.book.figures.k3 import (full_attention, k3_batching, k3_dashboard, k3_devices,
+    k3_hybrid, k3_params, k3_roofline, kimi_linear_check)
+from gpt2k3.book.figures.k3_tables import (claims_rows, hybrid_speedups, plan_rows, summary_rows,
+    what_changed_rows, what_changed_table)
 
 __all__ += [  # chapter 9 (constants: gpt2k3.book.figures.k3)
     "k3_params", "k3_hybrid", "k3_batching", "k3_roofline", "k3_devices", "kimi_linear_check",

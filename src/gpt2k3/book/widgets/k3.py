@@ -26,13 +26,13 @@ from gpt2k3.accounting import (
     hybrid_spec,
 )
 from gpt2k3.archs import KIMI_K3
-from gpt2k3.book.figures.k3 import (
+from gpt2k3.book.figures.k3_tables import (
     BATCHES,
     CACHE_DTYPES,
     CONTEXTS,
     WEIGHT_DTYPES,
-    k3_dashboard,
 )
+from gpt2k3.book.figures.k3 import k3_dashboard
 from gpt2k3.book.widgets._explorer import Explorer, explorer
 
 __all__ = ["k3_explorer", "spec_controls", "spec_from_controls", "FIELD_BOUNDS"]

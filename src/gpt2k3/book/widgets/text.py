@@ -4,7 +4,7 @@ and a language model trained here.
 * :func:`text_results_explorer` -- pick the models and the view (training curves, loss by
   position, cache against quality) and the evaluation length;
 * :func:`sample_explorer` -- the small GPT-2 trained in this chapter (shipped with the package,
-  :func:`gpt2k3.experiments.text_lm.load_gpt2`) continues any prompt at any temperature and seed;
+  :func:`gpt2k3.experiments.checkpoint.load_gpt2`) continues any prompt at any temperature and seed;
 * :func:`text_train_explorer` -- train any model for a few steps on the King James Bible on this
   CPU and put its validation curve next to the recorded run's (needs the ``bible`` program,
   ``apt-get install bible-kjv``).
@@ -20,7 +20,7 @@ import ipywidgets as W
 from gpt2k3.book.figures import text as figs
 from gpt2k3.book.results import load
 from gpt2k3.book.widgets._explorer import Explorer, explorer
-from gpt2k3.experiments import text_lm
+from gpt2k3.experiments import checkpoint, text_lm
 
 __all__ = ["text_results_explorer", "sample_explorer", "text_train_explorer", "VIEWS"]
 
@@ -74,7 +74,7 @@ _MODEL = {}
 
 
 def sample_explorer(data: Mapping | None = None) -> Explorer:
-    """Continue a prompt with the chapter's small GPT-2 (:func:`gpt2k3.experiments.text_lm.load_gpt2`).
+    """Continue a prompt with the chapter's small GPT-2 (:func:`gpt2k3.experiments.checkpoint.load_gpt2`).
 
     *temperature* 0 is greedy; the same prompt, temperature and seed always give the same text
     (:func:`gpt2k3.experiments.text_lm.sample`). With ``data`` the controls start at the recorded sample's
@@ -92,7 +92,7 @@ def sample_explorer(data: Mapping | None = None) -> Explorer:
 
     def render(prompt, temperature, seed, length):
         if "gpt2" not in _MODEL:
-            _MODEL["gpt2"] = text_lm.load_gpt2()
+            _MODEL["gpt2"] = checkpoint.load_gpt2()
         model = _MODEL["gpt2"]
         room = model.config.block_size - len(prompt.encode("utf-8"))
         if room < 1:
