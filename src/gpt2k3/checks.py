@@ -618,3 +618,16 @@ def check_sampling(temperature, top_k, vocab_size: int) -> None:
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int)
                               or not 1 <= top_k <= vocab_size):
         raise ValueError(f"top_k must be None or an int in [1, {vocab_size}], got {top_k!r}")
+
+
+def check_situ(gate, up, beta, linear_beta) -> tuple[float, float | None]:
+    """SiTU's arguments: ``gate`` and ``up`` tensors of one shape, ``beta`` a finite positive
+    number, ``linear_beta`` one too or ``None``; returns ``(beta, linear_beta)`` as floats."""
+    beta = check_finite_number(beta, "beta", 1)
+    if linear_beta is not None:
+        linear_beta = check_finite_number(linear_beta, "linear_beta", 1)
+    if not isinstance(gate, torch.Tensor) or not isinstance(up, torch.Tensor) \
+            or gate.shape != up.shape:
+        raise ValueError(f"gate and up must be tensors of one shape, got "
+                         f"{_fmt(getattr(gate, 'shape', ()))} and {_fmt(getattr(up, 'shape', ()))}")
+    return beta, linear_beta

@@ -46,7 +46,7 @@ def seed_prefill(q, k, v, *, eps: float = EPS):
     ``k = k.transpose(-1, -2)`` (``(B, H, D, T)``), and then ``S = S + k @ v`` is right (the
     ``D x D`` sum over the tokens), but ``z = z + k`` keeps the transposed keys: ``z`` has shape
     ``(B, H, D, T)`` and is never summed over the tokens, so ``denom = q @ z`` is ``T x T`` and
-    ``o / denom`` raises a broadcast error whenever ``T != d_head`` (when they are equal it
+    ``o / denom`` raises a broadcast error whenever ``1 < T != d_head`` (when they are equal it
     divides by a ``T x T`` matrix, elementwise). Here the normaliser is repaired,
     ``z = k.sum(-2)``, to show the bug that remains: the state is built from the whole prompt
     at once, ``S = K^T V = sum_s k_s^T v_s``, and only then read at every position,

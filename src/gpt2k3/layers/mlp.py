@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt2k3.accounting.k3_mechanisms import SITU_BETA, SITU_LINEAR_BETA
-from gpt2k3.checks import check_finite_number, check_int, check_positive_int
+from gpt2k3.checks import check_finite_number, check_int, check_positive_int, check_situ
 from gpt2k3.config import GPTConfig
 
 
@@ -83,14 +83,7 @@ def situ(gate: torch.Tensor, up: torch.Tensor, beta: float = SITU_BETA,
     factor never exceeds ``beta`` and the up factor never exceeds ``linear_beta`` in size, so one
     large pre-activation cannot blow up the product as it can in SwiGLU.
     """
-    beta = check_finite_number(beta, "beta", 1)
-    if linear_beta is not None:
-        linear_beta = check_finite_number(linear_beta, "linear_beta", 1)
-    if not isinstance(gate, torch.Tensor) or not isinstance(up, torch.Tensor) \
-            or gate.shape != up.shape:
-        raise ValueError(f"gate and up must be tensors of one shape, got "
-                         f"{tuple(getattr(gate, 'shape', ()))} and "
-                         f"{tuple(getattr(up, 'shape', ()))}")
+    beta, linear_beta = check_situ(gate, up, beta, linear_beta)
     dtype = torch.promote_types(gate.dtype, torch.float32)
     g, u = gate.to(dtype), up.to(dtype)
     g = beta * torch.tanh(g / beta) * torch.sigmoid(g)

@@ -163,7 +163,9 @@ class ChunkCost:
     chunk_size: int
     d_k: int
     d_v: int
-    parallel_flops: int  #: chunkwise work independent of the incoming state, batched over chunks
+    #: chunkwise work outside the loop over chunks, batched over all chunks; the outputs'
+    #: ``Q S_start`` and ``P u`` use the states, so they run after the loop, once those are known
+    parallel_flops: int
     sequential_flops: int  #: chunkwise work inside the loop over chunks
     sequential_steps: int  #: chunks, one after another
     recurrent_flops: int  #: token by token: k S, k^T u and q S per token
@@ -186,7 +188,8 @@ def chunkwise_cost(T: int, chunk_size: int, d_k: int = 64, d_v: int | None = Non
 
     Per chunk of ``C`` tokens the chunkwise form does ``2 C^2 d_k`` (scores) + ``~C^3/3`` (UT
     transform) + ``C^2 (d_k + d_v)`` (WY factors) + ``C d_k d_v + C^2 d_v`` (outputs) multiply-adds
-    that do not depend on the state, and ``2 C d_k d_v`` inside the sequential loop; the recurrent
+    done outside the sequential loop (the outputs after it, for all chunks at once, once the
+    states entering the chunks are known), and ``2 C d_k d_v`` inside it; the recurrent
     form does ``3 d_k d_v`` per token, all of it sequential. So per token the chunkwise form pays
     about ``C (3 d_k + 2 d_v) + C^2 / 3`` extra multiply-adds to turn ``T`` sequential steps into
     ``T / C``. A model, not a measurement: it counts the matrix products our implementation
