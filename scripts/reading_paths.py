@@ -135,10 +135,6 @@ def mla_absorbed():
     return _absorbed("MLA")
 
 
-def gated_mla_absorbed():
-    return _absorbed("GatedNoPEMLA")
-
-
 def _generate(model_fn):
     model = model_fn()
     return attr("gpt2k3.model", "generate"), (model, torch.zeros(1, 4, dtype=torch.long), 2), \
@@ -165,7 +161,6 @@ ENTRY_POINTS = [
     ("KDA chunkwise", "gpt2k3.ops.gated_delta.chunkwise (g: B,H,T,Dk)", kda_chunkwise),
     ("KDA layer", "gpt2k3.layers.deltanet.KDA forward", kda_layer),
     ("MLA absorbed decode", "gpt2k3.layers.mla.MLA", mla_absorbed),
-    ("Gated NoPE MLA absorbed decode", "gpt2k3.layers.mla.GatedNoPEMLA", gated_mla_absorbed),
     ("GPT-2 prefill + 1 decode step", "generate(GPT, 4 tokens, 2 new)", gpt2_generate),
     ("Kimi K3 prefill + 1 decode step", "generate(tiny_k3, 4 tokens, 2 new)", k3_generate),
 ]

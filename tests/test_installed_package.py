@@ -165,7 +165,7 @@ def _check_cell(env: Path, site: Path) -> str:
     return f"""\
 import importlib.util, sys
 import gpt2k3
-from gpt2k3 import results
+from gpt2k3.book import results
 assert sys.prefix == {str(env)!r}, sys.prefix
 assert gpt2k3.__file__.startswith({str(site)!r}), gpt2k3.__file__
 assert results.results_dir() is None, results.results_dir()

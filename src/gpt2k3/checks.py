@@ -492,8 +492,8 @@ def log_decay_inputs(x, A_log, dt_bias, lower_bound=None, *, per_channel=True):
                 or not value.dtype.is_floating_point:
             got = f"{value.dtype} {_fmt(value.shape)}" if isinstance(value, torch.Tensor) \
                 else type(value).__name__
-            raise ValueError(f"{name} must be a floating tensor of shape {spelled} = "
-                             f"{_fmt(shape)}, got {got}")
+            raise ValueError(f"{name} must have shape {spelled} = {_fmt(shape)} and a floating "
+                             f"dtype, got {got}")
     dtype = torch.promote_types(x.dtype, torch.float32)
     return x.to(dtype), A_log.to(dtype), dt_bias.to(dtype).view(x.shape[2:])
 
