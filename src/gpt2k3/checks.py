@@ -58,7 +58,6 @@ __all__ = [
     "check_gate",
     "check_state",
     "check_state_shape",
-    "check_nonnegative",
     "check_write_strength",
     "check_delta_rule",
     "check_gated_delta_rule",
@@ -258,11 +257,6 @@ def check_draw(generator, dtype) -> None:
         raise ValueError(f"dtype must be a real floating torch.dtype, got {dtype!r}")
 
 
-def _check_sequence(value, name: str) -> torch.Tensor:
-    check_float_tensor(value, name, 4)
-    return check_finite(value, name)
-
-
 def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
     """Check ``q, k`` are ``(B, H, T, Dk)`` and ``v`` is ``(B, H, T, Dv)``: floating, finite.
 
@@ -378,13 +372,6 @@ def check_state_shape(value, name: str, shape: tuple[int, ...], names: str) -> t
     check_float_tensor(value, name)
     if tuple(value.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {names} = {_fmt(shape)}; got {_fmt(value.shape)}")
-    return value
-
-
-def check_nonnegative(value: torch.Tensor, name: str, hint: str = "") -> torch.Tensor:
-    """Require every entry to be ``>= 0`` (and not NaN)."""
-    if not bool((value >= 0).all()):
-        raise ValueError(f"{name} must be non-negative everywhere{hint}")
     return value
 
 
