@@ -12,7 +12,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 echo "==> running the tests"
 python -m pytest tests notebooks --nbval --nbval-current-env \
-    --nbval-sanitize-with tests/nbval_sanitize.cfg --durations=10 "$@"
+    --nbval-sanitize-with tests/nbval_sanitize.cfg --durations=30 "$@"
 # The stored outputs must not depend on the machine that made them.  Re-run every notebook
 # under another numeric environment: MKL's compatibility code path, one thread, and
 # PyTorch's non-vectorised CPU kernels.  Float noise printed as digits fails here.

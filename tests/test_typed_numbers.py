@@ -84,9 +84,9 @@ NOTEBOOK_ALLOW: dict[str, dict[str, str]] = {
 #: before digits are looked for.
 ALLOWED_PATTERNS: list[tuple[str, str]] = [
     (r"\b(?:1[89]|20)\d\d\b", "a year"),
-    (r"\b(?:[Cc]hapters?|[Ff]igures?|[Tt]ables?|[Ss]ections?|[Pp]arts?|§)\s+\d+(?:\.\d+)?"
+    (r"\b(?:[Cc]hapters?|[Ff]igures?|[Tt]ables?|[Ss]ections?|[Pp]arts?|[Ee]xercises?|§)\s+\d+(?:\.\d+)?"
      r"(?:(?:\s*,\s*|\s+(?:and|to|or)\s+|\s*[–-]\s*)\d+(?:\.\d+)?)*\b",
-     "a chapter / figure / table / section number"),
+     "a chapter / figure / table / section / exercise number"),
     (r"^#{1,6}\s+\d+\.", "a chapter heading's number"),
     (r"^\s*\d+[.)]\s", "a numbered-list marker"),
     (r"\b[Ss]teps?\s+[1-9](?:\s*(?:,|and|to|–)\s*[1-9])*\b(?![,.]?\d)", "an algorithm's step number"),
