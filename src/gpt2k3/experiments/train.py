@@ -5,7 +5,8 @@ language models (:mod:`gpt2k3.experiments.text_lm`) both train with :func:`fit`:
 weight decay on the matrices only, linear warm-up then cosine decay (:func:`warmup_cosine_lr`),
 gradient clipping, one :func:`train_step` per batch. What differs between them is passed in:
 the batches, the loss and the evaluations. The token mixers both swap into
-:class:`gpt2k3.model.GPT` come from one registry, :data:`MIXER_LAYERS`.
+:class:`gpt2k3.model.GPT` come from one registry, :data:`MIXER_LAYERS`. The settings may also
+choose Muon instead of AdamW and QK-clip after every step (:mod:`gpt2k3.experiments.muon`).
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ import torch.nn as nn
 
 from gpt2k3.checks import check_choice, check_finite_number, check_instance, check_int
 from gpt2k3.config import GPTConfig
+from gpt2k3.experiments.muon import MaxLogits, Muon, muon_param_groups, qk_clip
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
 from gpt2k3.layers.linear_attention import LinearAttention
 
-__all__ = ["MIXER_LAYERS", "mixer_layer", "TrainSettings", "warmup_cosine_lr", "adamw",
-           "train_step", "fit", "steps_to_run", "torch_threads"]
+__all__ = ["MIXER_LAYERS", "OPTIMIZERS", "mixer_layer", "TrainSettings", "warmup_cosine_lr",
+           "adamw", "make_optimizer", "train_step", "fit", "steps_to_run", "torch_threads"]
 
 #: The token-mixing layers the experiments swap into GPT, by name.
 MIXER_LAYERS = {"softmax": CausalSelfAttention, "linear": LinearAttention, "deltanet": DeltaNet,
                 "gated_deltanet": GatedDeltaNet, "kda": KDA}
+#: The optimizers :func:`make_optimizer` builds (``TrainSettings.optimizer``).
+OPTIMIZERS = ("adamw", "muon")
 
 
 def mixer_layer(name: str, config: GPTConfig, chunk_size: int, **kwargs) -> nn.Module:
@@ -54,10 +58,11 @@ def warmup_cosine_lr(step: int, lr: float, warmup: int, steps: int) -> float:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """What :func:`fit` needs: ``steps`` of ``batch_size`` examples, AdamW at peak learning rate
-    ``lr`` (moment decays ``betas``, a class constant) with ``weight_decay`` on the matrices,
-    ``warmup`` steps of linear warm-up, gradients clipped at norm ``grad_clip``. The experiments'
-    configurations extend it (:class:`gpt2k3.experiments.recall.TrainConfig`,
+    """What :func:`fit` needs: ``steps`` of ``batch_size`` examples, the ``optimizer`` (AdamW,
+    or Muon: :func:`make_optimizer`) at peak learning rate ``lr`` (moment decays ``betas``, a
+    class constant) with ``weight_decay`` on the matrices, ``warmup`` steps of linear warm-up,
+    gradients clipped at norm ``grad_clip``, QK-clip at threshold ``qk_clip`` (``None``: none).
+    The experiments' configurations extend it (:class:`gpt2k3.experiments.recall.TrainConfig`,
     :class:`gpt2k3.experiments.text_lm.TextTrainConfig`) and check their fields when made."""
 
     steps: int = 300
@@ -66,6 +71,8 @@ class TrainSettings:
     weight_decay: float = 0.1
     warmup: int = 30
     grad_clip: float = 1.0
+    optimizer: str = "adamw"
+    qk_clip: float | None = None
     betas: ClassVar[tuple[float, float]] = (0.9, 0.95)
 
     def __post_init__(self):
@@ -75,20 +82,13 @@ class TrainSettings:
         check_finite_number(self.lr, "lr", 1)
         check_finite_number(self.weight_decay, "weight_decay", 1, allow_zero=True)
         check_finite_number(self.grad_clip, "grad_clip", 1)
+        check_choice(self.optimizer, "optimizer", OPTIMIZERS)
+        if self.qk_clip is not None:
+            check_finite_number(self.qk_clip, "qk_clip", 1)
 
     def lr_at(self, step: int) -> float:
         """Learning rate at ``step`` (0-based): :func:`warmup_cosine_lr`."""
         return warmup_cosine_lr(step, self.lr, self.warmup, self.steps)
-
-
-def adamw(net: nn.Module, config: TrainSettings) -> torch.optim.AdamW:
-    """AdamW over ``net``'s parameters, with weight decay on the matrices only (the embeddings
-    included), none on biases, norm scales and gates' vectors."""
-    decay = [p for p in net.parameters() if p.dim() >= 2]
-    no_decay = [p for p in net.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}],
-                             lr=config.lr, betas=config.betas)
 
 
 def train_step(net: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable, batch,
@@ -104,20 +104,49 @@ def train_step(net: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable, ba
     return loss.item()
 
 
+def adamw(net: nn.Module, config: TrainSettings) -> torch.optim.AdamW:
+    """AdamW over ``net``'s parameters, with weight decay on the matrices only (the embeddings
+    included), none on biases, norm scales and gates' vectors."""
+    decay = [p for p in net.parameters() if p.dim() >= 2]
+    no_decay = [p for p in net.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=config.lr, betas=config.betas)
+
+
+def make_optimizer(net: nn.Module, config: TrainSettings) -> torch.optim.Optimizer:
+    """The optimizer ``config.optimizer`` names, over ``net``'s parameters: :func:`adamw`, or
+    :class:`gpt2k3.experiments.muon.Muon` with :func:`~gpt2k3.experiments.muon.muon_param_groups`
+    (Muon for the hidden matrices, AdamW for the rest) at the same ``lr`` and ``weight_decay``."""
+    check_instance(config, "config", TrainSettings)
+    if config.optimizer == "adamw":
+        return adamw(net, config)
+    return Muon(muon_param_groups(net, config.weight_decay), lr=config.lr,
+                weight_decay=config.weight_decay, betas=config.betas)
+
+
 def fit(net: nn.Module, config: TrainSettings, batch_at: Callable[[int], object],
         loss_fn: Callable, n_steps: int, *, evaluate: Callable[[int], None] | None = None,
         eval_at: Collection[int] = (), callback: Callable[[int, float], None] | None = None,
-        ) -> tuple[list[float], float]:
+        logits: MaxLogits | None = None) -> tuple[list[float], float]:
     """Train ``net`` for the first ``n_steps`` of ``config.steps`` steps; return ``(losses,
     seconds)``: the loss of every step and the wall time of the steps alone.
 
     Step ``s`` trains on ``batch_at(s)``. ``evaluate(n)`` is called after ``n`` steps for every
     ``n`` in ``eval_at`` (0: before the first), ``callback(s, loss)`` after every step.
-    ``ValueError`` as soon as a loss is not finite.
+    ``ValueError`` as soon as a loss is not finite. The optimizer is :func:`make_optimizer`'s;
+    with ``config.qk_clip`` set, QK-clip follows every step, on the logit maxima of its forward
+    pass that ``logits`` records (:class:`~gpt2k3.experiments.muon.MaxLogits`; default: its own).
     """
     check_instance(config, "config", TrainSettings)
     n_steps = check_int(n_steps, "n_steps", 1)
-    opt = adamw(net, config)
+    if logits is not None:
+        check_instance(logits, "logits", MaxLogits)
+    elif config.qk_clip is not None:  # QK-clip reads the maxima: record them for this run
+        with MaxLogits(net) as own:
+            return fit(net, config, batch_at, loss_fn, n_steps, evaluate=evaluate,
+                       eval_at=eval_at, callback=callback, logits=own)
+    opt = make_optimizer(net, config)
     if evaluate is not None and 0 in eval_at:
         evaluate(0)
     losses, seconds = [], 0.0
@@ -125,6 +154,8 @@ def fit(net: nn.Module, config: TrainSettings, batch_at: Callable[[int], object]
     for step in range(n_steps):
         start = time.perf_counter()
         loss = train_step(net, opt, loss_fn, batch_at(step), config.lr_at(step), config.grad_clip)
+        if config.qk_clip is not None:
+            qk_clip(logits, config.qk_clip)
         seconds += time.perf_counter() - start
         if not math.isfinite(loss):  # the step has read the loss already: checking it is free
             raise ValueError(f"the training loss is not finite at step {step} "
