@@ -165,7 +165,7 @@ def test_the_checkpoint_stored_element_count():
     got = stored_elements(KIMI_K3, **kwargs)
     assert got["total"] == expected
     assert got["packed experts"] == routed // 2 and got["expert scales"] == routed // 32
-    assert (got["router biases"], got["A_log padding"]) == (82_432, 2_208)
+    assert (got["router biases"], got["A_log beyond one per head"]) == (82_432, 2_208)
     # without the packing rule the listing is nowhere near: the experts are the bulk
     assert stored_elements(KIMI_K3)["total"] == TOTAL + VISION + N_MOE * E
     with pytest.raises(ValueError):
@@ -495,3 +495,50 @@ def test_mla_and_moe_pieces_equal_deepseek_v3_modules():
     assert router.e_score_correction_bias.numel() == E
     assert c.parts["shared experts"] == N_MOE * n(shared)
     assert c.parts["dense MLP"] == n(dense)
+
+
+def test_a_log_readings_store_the_same_and_use_different_counts():
+    """The checkpoint's ``A_log`` (128 numbers per KDA layer, 96 heads) under both public
+    readings: per head (SGLang, vLLM: 96 used) and per key channel (all 128 used).  The stored
+    count is the same; the used counts differ by 69 * 32, the checkpoint listing's extra."""
+    from gpt2k3.accounting import a_log_readings
+    from gpt2k3.archs import KIMI_K3_A_LOG
+
+    r = a_log_readings(KIMI_K3, KIMI_K3_CHECKPOINT["a_log_stored"])
+    assert KIMI_K3_A_LOG["stored_per_layer"] == KD == 128 and KH == 96
+    assert r["per head"]["stored"] == r["per key channel"]["stored"] == N_KDA * KD
+    assert (r["per head"]["used"], r["per head"]["unused"]) == (N_KDA * KH, N_KDA * (KD - KH))
+    assert (r["per key channel"]["used"], r["per key channel"]["unused"]) == (N_KDA * KD, 0)
+    assert r["per head"]["unused"] == stored_elements(
+        KIMI_K3, a_log_stored=128)["A_log beyond one per head"] == 2_208
+    # the parameter count follows the per-head reading; the other adds 2,208 and rounds the same
+    c = count_params(KIMI_K3)
+    assert round((c.active_without_embedding + r["per head"]["unused"]) / 1e9, 1) == 104.2
+    assert set(KIMI_K3_A_LOG["readings"]) == {"per head", "per key channel"}
+    with pytest.raises(ValueError):
+        a_log_readings(KIMI_K3, 96)           # fewer than the key channels
+    with pytest.raises(ValueError):
+        a_log_readings(KIMI_K3, 128.0)
+
+
+def test_quoted_conventions_and_the_counts_beside_them():
+    """DeepSeek's weight documentation, quoted in full, against DeepSeek-V3's own count (it
+    matches neither reading); the Kimi Linear report's stated convention; and Kimi Linear's
+    speed claims with where each is stated."""
+    from gpt2k3.archs import (DEEPSEEK_V3_WEIGHTS_DOC, KIMI_LINEAR_48B,
+                              KIMI_LINEAR_ACTIVE_CONVENTION, KIMI_LINEAR_CLAIMS)
+
+    doc = DEEPSEEK_V3_WEIGHTS_DOC
+    assert doc["quote"] == ("Activation parameters: 36.7B (including 0.9B for Embedding and 0.9B "
+                            "for the output Head)")
+    ds = count_params(DEEPSEEK_V3)
+    assert round(ds.detail["token embeddings"] / 1e9, 1) == doc["embedding"] / 1e9 == 0.9
+    assert round(ds.detail["head"] / 1e9, 1) == doc["head"] / 1e9 == 0.9
+    assert round(ds.active / 1e9, 2) == 37.55 != doc["active"] / 1e9             # both in
+    assert round(ds.active_without_embedding / 1e9, 2) == 36.63                   # table out
+    assert "excluding embeddings" in KIMI_LINEAR_ACTIVE_CONVENTION["quote"]
+    c = KIMI_LINEAR_CLAIMS
+    assert (c["ruler_context"], c["ruler_speedup"]) == (1 << 17, 3.98)
+    assert "theoretical" in c["where"] and "Figure 7(b)" in c["where"]
+    # the RULER figure exceeds even the ratio of the caches: no equal-batch reading reaches it
+    assert KIMI_LINEAR_48B.n_layer / KIMI_LINEAR_48B.n_attention_layers < c["ruler_speedup"]

@@ -28,14 +28,17 @@ weights on Hugging Face (field names in brackets below):
   fields with the source of each, and ``KIMI_K3_CHECKPOINT`` what the released checkpoint
   stores.  Its count: 2,779,484,393,568 parameters (report: 2.78T), 104,189,530,208 activated
   without the embedding table (report: 104.2B; the book's ``active`` keeps the table in).
+  Each KDA layer's ``A_log`` is counted once per head (SGLang's reading); the checkpoint
+  stores 128 numbers per layer, and whether they are one per head (96 used) or one per key
+  channel (all 128 used, shared by the heads) is open -- see :data:`KIMI_K3_A_LOG`.
 
 ``PUBLISHED`` holds the headline sizes the model cards and reports state (rounded), so the
 chapters can set them beside the exact counts; ``MTP_LAYERS`` the multi-token-prediction
 layers each release ships.  ``K3_TOTAL_PARAMS`` is the book's source article's headline for
 Kimi K3 (2.8 trillion); ``KIMI_LINEAR_CLAIMS`` holds the efficiency claims of the Kimi Linear
-report that chapter 9 checks against the accounting, quoted as published.  (An illustrative
-``K3_SCALE`` stood in for Kimi K3 before its configuration was published; ``KIMI_K3``
-replaced it.)
+report that chapter 9 checks against the accounting, quoted as published, with where each
+one is stated.  ``DEEPSEEK_V3_WEIGHTS_DOC`` and ``KIMI_LINEAR_ACTIVE_CONVENTION`` quote what
+two sources say about counting activated parameters.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ from gpt2k3.accounting import ArchSpec, VisionTower, hybrid_layers
 __all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
            "KIMI_K3_VISION", "KIMI_K3_CHECKPOINT", "PUBLISHED", "MTP_LAYERS",
-           "K3_TOTAL_PARAMS", "KIMI_LINEAR_CLAIMS", "gpt2_multiples", "gpt2_to_k3_steps",
+           "K3_TOTAL_PARAMS", "KIMI_LINEAR_CLAIMS", "KIMI_LINEAR_ACTIVE_CONVENTION",
+           "DEEPSEEK_V3_WEIGHTS_DOC", "KIMI_K3_A_LOG", "gpt2_multiples", "gpt2_to_k3_steps",
            "spec_from_gpt_config"]
 
 _GPT2_SOURCE = ("Radford et al. 2019, 'Language Models are Unsupervised Multitask Learners'; "
@@ -101,19 +105,21 @@ MOE_MODELS = (DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B)
 
 # ----------------------------------------------------------------------------- Kimi K3
 # Sources, in order of authority:
-#  [card]   the moonshotai/Kimi-K3 model card: 2.8T total, 104B activated.
+#  [card]   the moonshotai/Kimi-K3 model card: 2.8T total, 104B activated (rounded; every
+#           count in the book is checked against the report's Table 1, not against the card).
 #  [report] Kimi Team 2026, "Kimi K3: Open Frontier Intelligence" (arXiv:2607.24653), Table 1:
 #           2.78T total, 104.2B activated.
 #  [config] the public config.json of moonshotai/Kimi-K3 (a KimiK3Config: text_config, a
-#           KimiLinearConfig, and vision_config).  Not fetched here: its values were read
-#           from issue #14's transcription and cross-checked against the sources below.
+#           KimiLinearConfig, and vision_config), as transcribed in public code that loads
+#           it; every value that sets a shape agrees with the sources below.
 #  [sglang] SGLang 0.5.23 (PyPI): srt/configs/kimi_k3.py (KimiK3VisionConfig defaults: patch
 #           14, 64x64 position table, 27 layers, width 1024, qkv 1536, MLP 4096, 12 heads,
 #           2x2 merge, no biases, RMSNorm), srt/configs/kimi_linear.py (the text-config
 #           fields), srt/models/kimi_k3.py (KimiK3MLAAttention: g_proj of
 #           hidden x heads*v_head_dim; KimiK3DeltaAttention: q/k/v/g projections, b_proj,
-#           f_a/f_b, dt_bias per channel, A_log per head -- stored as [head_dim] in the
-#           checkpoint, the first num_heads used -- conv 3 x projection x kernel, o_norm
+#           f_a/f_b, dt_bias per channel, A_log read per head (the checkpoint stores
+#           [head_dim]; SGLang uses the first num_heads -- an open question, see
+#           KIMI_K3_A_LOG) -- conv 3 x projection x kernel, o_norm
 #           of head_dim, o_proj; KimiK3MoE: router 896 x hidden, shared experts as one MLP
 #           of moe_intermediate_size * num_shared_experts at full width, routed experts at
 #           routed_expert_hidden_size behind routed_expert_down_proj / _up_proj and
@@ -128,17 +134,20 @@ MOE_MODELS = (DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B)
 #           (128,), e_score_correction_bias (896,), experts w1/w3 packed (3072, 1792) with
 #           scales (3072, 112), w2 (3584, 1536) / (3584, 96), vision wqkv (4608, 1024)) and
 #           several config transcriptions agreeing on every shape-setting value below.
-# Left open by the sources read here:
-#  * config.json itself was not fetched (no access to the Hugging Face Hub from this
-#    machine): its values come from issue #14's transcription, SGLang's config classes and
-#    the third-party transcriptions above, which agree on every value that sets a shape.
-#  * The report's counting convention is not stated in these sources.  The count reproduces
-#    104.2B only as "activated without the input-embedding table" (the convention that also
-#    gives DeepSeek-V3's 37B, K2's 32B, Kimi Linear's 3B); whether its 2.78T includes the
-#    vision tower is open -- with it 2,779,931,752,544, without 2,779,484,393,568, both 2.78T.
-#  * Values that change no count: activation_situ_beta / _linear_beta (4.0 / 25.0; SGLang's
-#    config defaults are None, so these come from config.json via the issue), and
-#    routed_scaling_factor (third parties transcribe 1.0 and 2.5).
+# Left open by these sources:
+#  * config.json's values come from transcriptions of it (SGLang's config classes and the
+#    third-party code above), which agree on every value that sets a shape.
+#  * The report does not state how it counts activated parameters.  The count reproduces
+#    104.2B only without the input-embedding table, the convention the Kimi Linear report
+#    states for its own MoE models ("excluding embeddings", KIMI_LINEAR_ACTIVE_CONVENTION);
+#    the round headlines of DeepSeek-V3 (37B), K2 (32B) and Kimi Linear (3B) are too round
+#    to tell the two apart (and K2's report figure, 32.6B, matches neither).  Whether the 2.78T includes the vision tower is open -- with
+#    it 2,779,931,752,544, without 2,779,484,393,568, both 2.78T.
+#  * A_log: 128 stored numbers per KDA layer for 96 heads; read per head (SGLang, vLLM) or
+#    per key channel (another public port).  See KIMI_K3_A_LOG.
+#  * Values that change no count: activation_situ_beta / _linear_beta (4.0 / 25.0, from the
+#    config transcriptions; SGLang's config defaults are None), and routed_scaling_factor
+#    (third parties transcribe 1.0 and 2.5).
 
 #: Kimi K3's text configuration as published, field by field (config.json names, 1-based layer
 #: lists as there), with the source of each value.
@@ -224,15 +233,40 @@ KIMI_K3 = ArchSpec(
 #: What the released Kimi K3 checkpoint stores (a public listing: 96 safetensors shards,
 #: text model and vision tower), and the packing that relates it to ``KIMI_K3``: routed
 #: experts in MXFP4 (4-bit, two per uint8, one uint8 scale per 32 weights), every other
-#: tensor one element per number; ``A_log`` stored at ``kda_head_dim`` (128) per KDA layer;
-#: each MoE layer's ``e_score_correction_bias`` stored.  See
-#: :func:`gpt2k3.accounting.stored_elements`.
+#: tensor one element per number; ``A_log`` stored at ``kda_head_dim`` (128) per KDA layer
+#: (how many of them the model uses is open: :data:`KIMI_K3_A_LOG`); each MoE layer's
+#: ``e_score_correction_bias`` stored.  See :func:`gpt2k3.accounting.stored_elements`.
 KIMI_K3_CHECKPOINT = {
     "stored_elements": 1_503_647_073_024, "shards": 96, "expert_bits": 4, "group_size": 32,
     "a_log_stored": 128, "router_bias": True, "include_vision": True,
-    "where": ("issue #14: a public listing of the released checkpoint's safetensors; tensor "
+    "where": ("a public listing of the released checkpoint's safetensors (96 shards); tensor "
               "shapes corroborated by third-party checkpoint listings (see the comment above "
               "KIMI_K3_CONFIG)"),
+}
+
+#: Kimi K3's ``A_log``, an open question.  The checkpoint stores ``kda_head_dim`` (128) numbers
+#: per KDA layer, and the layer has ``kda_n_head`` (96) heads.  Two public readings:
+#:
+#: * ``"per head"`` -- SGLang 0.5.23 (``srt/models/kimi_k3.py``) and vLLM
+#:   (``vllm/models/kimi_k3/nvidia/kda.py``, an ``A_log`` of ``num_heads`` loaded from the
+#:   stored vector's first entries): one decay scale per head, the first 96 stored numbers
+#:   used, 32 unused.  The book's count (:func:`gpt2k3.accounting.count_params`) and layers
+#:   follow it.
+#: * ``"per key channel"`` -- a public SGLang-derived port's ``kimi_linear.py``, whose comment
+#:   reads "Kimi-K3 stores one decay coefficient per key channel, shared by all heads
+#:   (checkpoint shape: [head_dim]), rather than one per head": ``A_log`` of ``head_dim``,
+#:   all 128 used, broadcast over the heads.
+#:
+#: The stored count is the same either way; the parameters the model uses differ by
+#: ``n_kda_layers * (kda_head_dim - kda_n_head)`` (:func:`gpt2k3.accounting.a_log_readings`).
+KIMI_K3_A_LOG = {
+    "stored_per_layer": KIMI_K3_CHECKPOINT["a_log_stored"],
+    "readings": {
+        "per head": "SGLang 0.5.23 srt/models/kimi_k3.py; vLLM vllm/models/kimi_k3/nvidia/kda.py",
+        "per key channel": ("a public SGLang-derived port, python/sglang/srt/models/"
+                            "kimi_linear.py: 'one decay coefficient per key channel, shared by "
+                            "all heads (checkpoint shape: [head_dim])'"),
+    },
 }
 
 #: Headline sizes as published (rounded by their authors): total and activated parameters
@@ -262,20 +296,50 @@ MTP_LAYERS = {"DeepSeek-V3": 1, "Kimi K2": 0, "Kimi K3": KIMI_K3_CONFIG["num_nex
 #: the model card's 2.8T, the report's 2.78T; ``KIMI_K3`` is the published configuration).
 K3_TOTAL_PARAMS = 2.8e12
 
-#: Efficiency claims of the Kimi Linear technical report (Kimi Team 2025, arXiv:2510.26692)
+#: Efficiency claims of the Kimi Linear technical report (Kimi Team 2025, arXiv:2510.26692v2)
 #: for Kimi Linear 48B-A3B against a full-MLA model of the same size, quoted as published.
+#: The report states neither the hardware, nor the batch sizes (except Figure 7's batch 1),
+#: nor the number formats behind these times.
 KIMI_LINEAR_CLAIMS = {
-    "kv_cache_reduction": 0.75,          # "reducing KV cache usage by up to 75%"
+    "kv_cache_reduction": 0.75,          # abstract: "reducing KV cache usage by up to 75%"
     "context": 1 << 20,                  # "1M" tokens
-    "tpot_ms": {"Kimi Linear": 1.84, "MLA": 11.48},   # time per output token at 1M
-    "tpot_speedup": 6.3,                 # "6.3x faster TPOT compared to MLA"
-    "throughput_speedup": 6.0,           # "up to 6x decoding throughput for a 1M context"
-    "batch1_speedup": (2.2, 2.3),        # at batch size 1
-    "short_context": 4096,               # "similar speed as full attention" (MMLU-Pro, 4k)
-    "where": ("Kimi Linear technical report (arXiv:2510.26692): abstract (75%, 6x), figure 1 "
-              "(similar speed to full attention at 4k; TPOT at 1M: 1.84 ms vs 11.48 ms, 6.3x) "
-              "and the efficiency comparison (6.3x attributed to the larger batches the smaller "
-              "cache allows; about 2.2-2.3x at batch 1)"),
+    # Figure 1(b) caption: "This enables larger batches, yielding a 6.3x faster TPOT
+    # (1.84ms vs. 11.48ms) than MLA at 1M tokens"; section 6.3 calls the 6.3x "a theoretical
+    # decoding speedup of up to 6.3x"
+    "tpot_ms": {"Kimi Linear": 1.84, "MLA": 11.48},
+    "tpot_speedup": 6.3,
+    "throughput_speedup": 6.0,           # abstract: "up to 6x decoding throughput for a 1M context"
+    # Figure 7(b), "batch size = 1": annotated 2.2x at 1M; section 6.3: "a 2.3x speedup at a
+    # 1M token context"
+    "batch1_speedup": (2.2, 2.3),
+    "short_context": 4096,               # Figure 1(a): MMLU-Pro (4k), "at similar speed"
+    # Figure 1(a): RULER (128k context length), "3.98x acceleration" in decoding against MLA
+    "ruler_context": 1 << 17,
+    "ruler_speedup": 3.98,
+    "where": ("Kimi Linear technical report (arXiv:2510.26692v2): abstract (75%, 6x); Figure 1 "
+              "(a: similar speed at MMLU-Pro's 4k, 3.98x decoding acceleration at RULER's 128k; "
+              "b: TPOT at 1M, 1.84 ms vs 11.48 ms, 6.3x, which the larger batches enable); "
+              "Figure 7(b) at batch size 1 (2.2x at 1M) and section 6.3 (2.3x at 1M; the 6.3x "
+              "'a theoretical decoding speedup')"),
+}
+
+#: How the Kimi Linear report counts activated parameters: Table 2 (its scaling-law MoE models),
+#: footnote †, quoted in full.  The same team's convention, stated; Kimi K3's report states none.
+KIMI_LINEAR_ACTIVE_CONVENTION = {
+    "quote": "Denotes the number of activated parameters in our MoE models, excluding embeddings.",
+    "where": "Kimi Linear technical report (arXiv:2510.26692v2), Table 2, footnote †",
+}
+
+#: DeepSeek-V3's weight documentation on the main model's activated parameters, quoted in full
+#: (``README_WEIGHTS.md`` of github.com/deepseek-ai/DeepSeek-V3, "Main Model Weights",
+#: "Parameter Count"), with its numbers as data.  The architecture's own count does not
+#: reproduce it: 36.63B without the embedding table, 37.55B with both table and head
+#: (:func:`gpt2k3.accounting.count_params`).
+DEEPSEEK_V3_WEIGHTS_DOC = {
+    "quote": ("Activation parameters: 36.7B (including 0.9B for Embedding and 0.9B for the "
+              "output Head)"),
+    "active": 36.7e9, "embedding": 0.9e9, "head": 0.9e9,
+    "where": "README_WEIGHTS.md of github.com/deepseek-ai/DeepSeek-V3, Main Model Weights",
 }
 
 

@@ -35,17 +35,19 @@ token: **every parameter except the routed experts the router did not pick**.  C
 token embeddings (the whole table counts, although a token reads one row of it), position
 embeddings, attention and linear-attention layers, dense MLPs, the router, the shared experts,
 ``top_k`` routed experts per MoE layer, the norms and the head.  For a dense model it equals the
-total.  The tests check it against the modules of the meta-device models.  The published
-"activated" headlines (DeepSeek-V3 37B, Kimi K2 32B, Kimi Linear 3B) match this count *minus*
-the token-embedding table (36.6B, 31.7B, 3.1B), which is the convention DeepSeek's weight
-documentation (``README_WEIGHTS.md``) states: 36.6B activated "including 0.9B for the output
-Head", no embedding.  The book keeps the table in and says so
-(:attr:`ParamCount.active_without_embedding` is the published convention).  Kimi K3 follows
-the same rule: its technical report's 104.2B activated (Table 1) is this count minus the
-token-embedding table, 104,189,530,208, with the untied head, the norms, the Attention-Residual
-vectors, the output gates, the latent projections and the two shared experts all in; its
-2.78T total is the language model's 2,779,484,393,568, and stays 2.78T with the vision tower
-(0.45B), which is never active for a text token and is counted apart
+total.  The tests check it against the modules of the meta-device models.  Kimi K3's
+report states no convention for its 104.2B activated (Table 1), but that figure is this count
+minus the token-embedding table, 104,189,530,208 -- the convention the Kimi Linear report states
+for its own MoE models ("excluding embeddings", Table 2) -- with the untied
+head, the norms, the Attention-Residual vectors, the output gates, the latent projections and
+the two shared experts all in (105.36B with the table).  The round headlines of DeepSeek-V3
+(37B), Kimi K2 (32B) and Kimi Linear (3B) cannot tell the two conventions apart, and DeepSeek's
+weight documentation is no help: its "36.7B (including 0.9B for Embedding and 0.9B for the
+output Head)" (:data:`gpt2k3.archs.DEEPSEEK_V3_WEIGHTS_DOC`) is neither this count (37.55B)
+nor this count without the table (36.63B).  The book keeps the table in and says so
+(:attr:`ParamCount.active_without_embedding` is the convention of the published figures).  Kimi
+K3's 2.78T total is the language model's 2,779,484,393,568, and stays 2.78T with the vision
+tower (0.45B), which is never active for a text token and is counted apart
 (:attr:`ParamCount.vision`).  What a token
 *reads* and *multiplies* is narrower -- one embedding row, no norm arithmetic to speak of -- and
 is what :func:`decode_bytes` and :func:`flops_per_token` use
@@ -93,7 +95,7 @@ from gpt2k3.accounting.memory import (hybrid_cache_bytes, kv_cache_bytes, kv_num
     state_bytes, state_numbers_per_layer)
 from gpt2k3.accounting.params import (COMPONENTS, DETAIL_COMPONENTS, PART_COMPONENTS,
     PART_OF_DETAIL, ParamCount, checkpoint_bytes, count_params, mtp_params,
-    packed_bytes_per_weight, stored_elements)
+    a_log_readings, packed_bytes_per_weight, stored_elements)
 from gpt2k3.accounting.experts import expected_busiest_experts, expected_busiest_experts_sampled
 from gpt2k3.accounting.serving import (WEIGHT_FORMATS, Roofline, ServingPlan, devices_needed,
     hybrid_speedups, max_batch,
@@ -109,7 +111,7 @@ __all__ = [
     "hybrid_layers", "hybrid_spec", "full_attention",
     "ratio_label",
     # parameters
-    "ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
+    "ParamCount", "count_params", "stored_elements", "a_log_readings", "COMPONENTS", "DETAIL_COMPONENTS",
     "PART_COMPONENTS", "PART_OF_DETAIL", "mtp_params", "packed_bytes_per_weight",
     "checkpoint_bytes",
     # memory: cache and state

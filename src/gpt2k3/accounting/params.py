@@ -87,9 +87,10 @@ class ParamCount:
 
     @property
     def active_without_embedding(self) -> int:
-        """``active`` minus the token-embedding table: the convention of the published
-        "activated" headlines (DeepSeek-V3 36.6B -> "37B", Kimi K2 31.7B -> "32B", Kimi Linear
-        3.1B -> "3B", Kimi K3 104.19B -> "104.2B"); the untied head still counts."""
+        """``active`` minus the token-embedding table, the untied head still in: the
+        convention the Kimi Linear report states for its MoE models ("excluding embeddings"),
+        and the one under which Kimi K3's 104.19B reproduces its report's "104.2B" (with the
+        table: 105.36B)."""
         return self.active - self.detail["token embeddings"]
 
     @property
@@ -139,7 +140,8 @@ def _kda_layer(s: ArchSpec) -> tuple[int, int]:
 
     q/k/v projections, a depthwise causal convolution on them, the low-rank forget-gate
     projections (``f_a``, ``f_b``) with ``dt_bias`` (one per channel) and ``A_log`` (one per
-    head) -- the same parameters whether the decay is bounded or not -- the write strength
+    head, as SGLang reads K3's checkpoint; another public port reads one per key channel,
+    :func:`a_log_readings`) -- the same parameters whether the decay is bounded or not -- the write strength
     ``b_proj``, the output gate (:func:`_kda_gate`), the gated output norm and ``o_proj``.
     """
     d, h, dk = s.d_model, s.kda_n_head, s.kda_head_dim
@@ -244,11 +246,13 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
     stores what is not a parameter here: with ``router_bias``, each MoE layer's
     ``e_score_correction_bias`` (``n_routed_experts`` numbers, a buffer updated by a rule);
     ``a_log_stored``, if given, is the length each KDA layer's ``A_log`` is stored at (Kimi
-    K3's checkpoint stores ``kda_head_dim`` numbers where the model uses the first
-    ``kda_n_head``).  With ``include_vision`` the vision tower is added.
+    K3's checkpoint stores ``kda_head_dim`` numbers for ``kda_n_head`` heads; the entries
+    beyond one per head are counted apart, whichever way they are read: :func:`a_log_readings`).
+    With ``include_vision`` the vision tower is added.
 
     Returns the parts (``"unpacked parameters"``, ``"packed experts"``, ``"expert scales"``,
-    ``"router biases"``, ``"A_log padding"``, ``"vision tower"``) and their ``"total"``.
+    ``"router biases"``, ``"A_log beyond one per head"``, ``"vision tower"``) and their
+    ``"total"``.
     """
     if not is_int(group_size) or group_size <= 0:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
@@ -276,12 +280,31 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
         "packed experts": packed,
         "expert scales": scales,
         "router biases": spec.n_moe_layers * spec.n_routed_experts if router_bias else 0,
-        "A_log padding": (spec.n_kda_layers * (a_log_stored - spec.kda_n_head)
+        "A_log beyond one per head": (spec.n_kda_layers * (a_log_stored - spec.kda_n_head)
                           if a_log_stored is not None else 0),
         "vision tower": c.vision if include_vision else 0,
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+def a_log_readings(spec: ArchSpec, a_log_stored: int) -> dict[str, dict[str, int]]:
+    """The two public readings of a KDA checkpoint that stores ``a_log_stored`` numbers of
+    ``A_log`` per layer (Kimi K3: 128, for 96 heads of key dimension 128), over all KDA layers.
+
+    ``"per head"`` (SGLang's and vLLM's loaders): one decay scale per head, the first
+    ``kda_n_head`` stored numbers used.  ``"per key channel"`` (another public port): one per
+    key channel, shared by every head, so all ``kda_head_dim`` are used; it needs
+    ``a_log_stored == kda_head_dim``.  Each reading gives ``"stored"`` (the same for both),
+    ``"used"`` and ``"unused"``; :func:`count_params` counts ``"per head"``.
+    """
+    if not is_int(a_log_stored) or a_log_stored < max(spec.kda_n_head, spec.kda_head_dim):
+        raise ValueError(f"a_log_stored must be an int >= kda_n_head ({spec.kda_n_head}) and "
+                         f">= kda_head_dim ({spec.kda_head_dim}), got {a_log_stored!r}")
+    stored = spec.n_kda_layers * a_log_stored
+    used = {"per head": spec.n_kda_layers * spec.kda_n_head,
+            "per key channel": spec.n_kda_layers * spec.kda_head_dim}
+    return {name: {"stored": stored, "used": n, "unused": stored - n} for name, n in used.items()}
 
 
 def packed_bytes_per_weight(bits: int = 4, group_size: int = 32, scale_bits: int = 8) -> float:
