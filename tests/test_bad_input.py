@@ -295,7 +295,8 @@ for _name, _pc in (("gdn_log_decay", False), ("kda_log_decay", True), ("bounded_
 # --- the shared training loop's settings ----------------------------------------------------
 
 case("experiments.train.TrainSettings", {}, steps=bad_pos_int(), batch_size=bad_pos_int(),
-     lr=bad_pos_float(), warmup=bad_nonneg_int())
+     lr=bad_pos_float(), warmup=bad_nonneg_int(),
+     optimizer=st.one_of(st.just("sgd"), st.none(), st.just(3)), qk_clip=bad_pos_float(optional=True))
 case("experiments.train.mixer_layer", lambda: {"name": "deltanet", "config": _cfg(), "chunk_size": 4},
      name=st.one_of(st.just("nope"), st.none(), st.just(3)), chunk_size=bad_pos_int())
 
@@ -769,6 +770,7 @@ NOT_COVERED = {
     "book.display": "display helpers of the notebooks (tests/test_listings.py, test_figures.py)",
     "oracles": "test oracles (Hugging Face meta-device models), not a reader-facing API",
     "book.colab": "Colab bootstrap",
+    "book.exercises": "the chapters' worked solutions, run and checked by tests/test_exercises_chNN.py",
     "book.reading": "the reading-path tracer behind the last chapter and scripts/reading_paths.py",
     "book.trace": "chapter 1's shape trace over a model the GPT case covers",
     "checks": "the validation module itself: every front door below runs through it",
@@ -779,6 +781,8 @@ NOT_COVERED = {
     "ops.depth": "Attention Residuals' depth mix: tests/test_k3.py checks its arguments",
     "experiments.corpus": "the text corpus: tests/test_text.py checks its arguments (not yet driven here)",
     "experiments.checkpoint": "the shipped checkpoint: tests/test_text_lm.py checks its arguments",
+    "experiments.muon": "Muon and QK-clip: tests/test_muon.py checks their arguments",
+    "accounting.training": "training compute (6 N D): tests/test_training_compute.py checks its arguments",
     "experiments.text_lm": "text language models: tests/test_text_lm.py checks its arguments (not yet "
                            "driven here)",
 }
@@ -800,6 +804,7 @@ SKIPPED = {
     "ops.gated_delta.chunked": "the fast core the layers call on inputs valid by construction; its "
                                "checked entry is ops.gated_delta.chunkwise (covered)",
     "experiments.train.adamw": "an optimizer over a built model and checked TrainSettings",
+    "experiments.train.make_optimizer": "an optimizer over a built model and checked TrainSettings",
     "experiments.train.train_step": "one step of fit on a built model; fit's arguments are checked",
     "experiments.train.fit": "minutes of training; its TrainSettings are covered",
     "experiments.train.steps_to_run": "reads checked TrainSettings",
@@ -1070,27 +1075,27 @@ def _shows_message(ex) -> bool:
 @pytest.mark.parametrize("name", EXPLORERS)
 def test_explorer_controls_are_bounded_and_every_extreme_redraws(name):
     """Every control is bounded (no unbounded number box), each extreme of each control
-    redraws a figure (not an error: the ranges follow the controls they depend on) in < 2 s."""
+    redraws a figure (not an error: the ranges follow the controls they depend on). How long a
+    redraw takes is not asserted: tests assert behaviour, never time."""
     import ipywidgets as W
     from gpt2k3.book import widgets
     ex = getattr(widgets, name)()
     unbounded = [n for n, w in ex.controls.items() if isinstance(w, (W.IntText, W.FloatText))]
     assert not unbounded, f"{name}: unbounded number boxes {unbounded}"
-    slow, errors = [], []
+    errors = []
     # One torch thread: these redraws are many small matmuls, which two threads on a shared
-    # 2-core CPU run ~10x slower (thread hand-offs), so the bound is checked on one thread.
+    # 2-core CPU run ~10x slower (thread hand-offs).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        _sweep_controls(ex, slow, errors)
+        _sweep_controls(ex, errors)
     finally:
         torch.set_num_threads(threads)
     record("widgets", "clear" if not errors else "unclear", f"{name} extremes {errors}")
     assert not errors, f"{name}: a control's own range gives an error: {errors}"
-    assert not slow, f"{name}: redraws over 2 s: {slow}"
 
 
-def _sweep_controls(ex, slow, errors):
+def _sweep_controls(ex, errors):
     for cname, w in _bounded_controls(ex).items():
         start = w.value
         for v in _extreme_values(w):
