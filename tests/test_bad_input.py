@@ -28,7 +28,6 @@ import inspect
 import math
 import pkgutil
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
