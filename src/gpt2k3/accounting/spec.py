@@ -119,7 +119,8 @@ class ArchSpec:
     * ``kda_gate_lower_bound``: ``None`` for Kimi Linear's unbounded log-decay
       ``-exp(A_log) softplus(x + dt_bias)``; a negative number ``b`` for K3's bounded form
       ``b * sigmoid(exp(A_log) (x + dt_bias))``, in ``(b, 0)`` (``gate_lower_bound``).  Both
-      forms have the same parameters (``A_log`` per head, ``dt_bias`` per channel).
+      forms have the same parameters (``A_log`` per head, ``dt_bias`` per channel; whether
+      K3's checkpoint means its ``A_log`` per head is open: :func:`a_log_readings`).
     * ``moe_latent_dim``: latent MoE (``routed_expert_hidden_size``; 0: none).  The routed
       experts work at this width: a token is projected ``d_model -> moe_latent_dim`` before
       them and back after, with an RMSNorm on the latent if ``moe_latent_norm``
