@@ -69,10 +69,10 @@ def seed_one_shot(q, k, v, beta, *, initial_state=None):
     """The seed article's DeltaNet snippet applied to a whole sequence at once -- wrong for ``T > 1``.
 
     It reads every old value from the *incoming* state, ``V_old = K S0``, writes all corrections
-    together, ``S = S0 + K^T (beta * (V - V_old))``, and reads ``O = Q S``. For one token this is
-    exactly the delta rule; for ``T > 1`` each token ignores what the earlier tokens of the same
-    call wrote (and each output also sees later tokens' writes), so it differs from
-    :func:`recurrent`. Arguments as in :func:`recurrent`.
+    together, ``S = S0 + K^T (beta * (V - V_old))`` (``K^T diag(beta) V`` from a zero state), and
+    reads ``O = Q S``: the delta rule for one token; for ``T > 1`` no token sees the writes of the
+    earlier ones (and each output sees later ones'). The snippet starts from ``S = 0.0``, which
+    ``k @ S`` rejects: here a zero matrix. Correct form: :func:`gpt2k3.ops.delta.recurrent`.
 
     Returns:
         ``(o, S)``.
