@@ -1,21 +1,37 @@
 """Every token mixer trained as a byte-level language model on the King James Bible (chapter 11).
 
-    nice -n 19 python benchmarks/text_lm.py      # the chapter's run (about 30 minutes on a busy 2-core CPU)
-    python benchmarks/text_lm.py --quick         # a smoke run (about a minute), written to text_lm_quick.json
-    nice -n 19 python benchmarks/text_lm.py --mixers k3 --update   # rerun one model after its code changed
+    nohup nice -n 10 python benchmarks/text_lm.py --threads 1 > text_lm.log 2>&1 &   # the chapter's run
+    python benchmarks/text_lm.py --preset quick      # a smoke run (minutes), written to text_lm_quick.json
+    python benchmarks/text_lm.py --preset short      # the earlier 300-step run (text_lm.json + the shipped GPT-2)
 
-For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2, softmax and linear attention behind a
-short convolution, DeltaNet, Gated DeltaNet, KDA, the 3:1 KDA:softmax hybrid, the tiny Kimi K3) and each seed, one
-small decoder at GPT-2's parameter count is trained on the same number of bytes of the
-training books and scored on the held-out books (:mod:`gpt2k3.experiments.corpus`): validation bits per byte
-at the training length and at 4x and 8x of it, per position, the cache it keeps per sequence,
-its training throughput, and a sample written with a seeded generator.
+For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2, Transformer++, softmax and
+linear attention behind a short convolution, DeltaNet, Gated DeltaNet, KDA, the 3:1 KDA:softmax
+hybrid, the tiny Kimi K3) and each seed, one small decoder at GPT-2's parameter count is trained
+on the same number of bytes of the training books and scored on the held-out books
+(:mod:`gpt2k3.experiments.corpus`): validation bits per byte at the training length and at 4x and
+8x of it, per position, the cache it keeps per sequence, its training throughput, a sample
+written with a seeded generator, and the repeat test (:func:`gpt2k3.experiments.text_lm.repeat_bits`:
+the loss on stretches of held-out text the second time they occur within a window, against the
+first time).
 
-Writes ``benchmarks/results/text_lm.json`` (rewritten after every run, so an interrupted run
-leaves what it finished, ``"complete": false``) and, from the GPT-2 run of seed 0, the shipped
-checkpoint ``src/gpt2k3/checkpoints/text_gpt2.pt`` (not in a quick run). Run
+**The learning-rate rule** (preset ``chapter``): every model gets the best of three peak learning
+rates, each tried once on seed 0 with the full budget, judged by the validation bits per byte
+at the training length that the run reports (a tie goes to the lower rate). That run is the model's seed
+0; seeds 1 and 2 train at the chosen rate. (A shorter trial would mislead: GPT-2 sits on its
+plateau for about a million bytes, longer than a quarter of the budget.)
+
+**Resumable.** Every finished run is written to the results file at once (atomically: a kill
+never leaves half a file), and a restart reads the file, keeps every finished run and trains
+only the missing ones, so the benchmark can span several sittings. A restart with other settings
+is refused (move the file away, or ``--redo`` some models). Each run records the machine, the
+commit and the uncommitted files of ``src/`` and ``benchmarks/``, its start and end times, its
+wall time and the load average (``os.getloadavg``) before and after it.
+
+Writes ``benchmarks/results/<preset's file>``; the ``short`` preset also writes the shipped
+checkpoint ``src/gpt2k3/checkpoints/text_gpt2.pt`` (from its GPT-2 of seed 0). Run
 ``python scripts/sync_results.py`` afterwards. The corpus comes from Debian's ``bible`` program
-(``apt-get install bible-kjv``; ``scripts/setup_env.sh`` installs it).
+(``apt-get install bible-kjv``; ``scripts/setup_env.sh`` installs it); ``--text FILE`` trains on
+any text file instead (its last tenth held out).
 """
 
 from __future__ import annotations
@@ -23,15 +39,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
+import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine, write  # noqa: E402
+from _common import RESULTS, machine  # noqa: E402
 
 from gpt2k3.experiments import checkpoint, corpus, text_lm  # noqa: E402
 from gpt2k3.experiments.text_lm import MIXERS, TextModelConfig, TextTrainConfig  # noqa: E402
@@ -39,150 +59,390 @@ from gpt2k3.experiments.text_lm import MIXERS, TextModelConfig, TextTrainConfig 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "src" / "gpt2k3" / "checkpoints" / checkpoint.CHECKPOINT
 SAMPLE = dict(prompt="And it came to pass, when ", max_new_tokens=230, temperature=0.8, seed=0)
-FULL = dict(seeds=2, steps=TextTrainConfig().steps)
-QUICK = dict(seeds=1, steps=6)
+#: The chapter's models, in the order the chapter shows them: the two softmax baselines first.
+ORDER = ("softmax", "transformer_pp", "softmax_conv", "linear", "deltanet", "gated_deltanet",
+         "kda", "hybrid", "k3")
+#: Repeats shorter than this many bytes are not used by the repeat test.
+REPEAT_MIN_LENGTH = 32
 
 
-def main(argv=None) -> Path:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a smoke run, written to text_lm_quick.json")
-    p.add_argument("--mixers", default=",".join(MIXERS), help="comma-separated, from %(default)s")
-    p.add_argument("--seeds", type=int, help=f"seeds 0..N-1 (default {FULL['seeds']})")
-    p.add_argument("--steps", type=int, help=f"training steps per run (default {FULL['steps']})")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (default 1: as fast for models this small, and on a shared "
-                        "machine a second thread spin-waits)")
-    p.add_argument("--out", default=None, help="results file name (default text_lm.json / text_lm_quick.json)")
-    p.add_argument("--baselines", action="store_true",
-                   help="only (re)compute the n-gram tables on the evaluation bytes into the "
-                        "results file (seconds; no training)")
-    p.add_argument("--update", action="store_true",
-                   help="rerun only --mixers and replace their runs in the existing results file "
-                        "(its other runs, settings and machine are kept; the settings must match)")
-    args = p.parse_args(argv)
+@dataclass(frozen=True)
+class Plan:
+    """What one preset runs: ``mixers`` x ``seeds`` runs of ``train``. With ``sweep_lrs``, each
+    model first trains ``sweep_seed`` once at every rate of ``sweep_lrs`` (its ``lr`` replaced);
+    the best of those runs is that seed's run, and the other seeds train at its rate."""
 
-    preset = QUICK if args.quick else FULL
-    seeds = list(range(args.seeds if args.seeds is not None else preset["seeds"]))
-    steps = args.steps or preset["steps"]
-    mixers = args.mixers.split(",")
-    if unknown := [m for m in mixers if m not in MIXERS]:
-        p.error(f"unknown mixers {unknown}; choose from {MIXERS}")
-    torch.set_num_threads(args.threads)
-    name = args.out or ("text_lm_quick.json" if args.quick else "text_lm.json")
-    model = TextModelConfig()
-    cfg = TextTrainConfig(steps=steps) if not args.quick else TextTrainConfig(
-        steps=steps, eval_every=3, curve_windows=2, eval_windows=1, warmup=2)
-    sample_args = SAMPLE
+    out: str
+    mixers: tuple[str, ...]
+    seeds: tuple[int, ...]
+    model: TextModelConfig
+    train: TextTrainConfig
+    sweep_lrs: tuple[float, ...] | None = None
+    sweep_seed: int = 0
+    ship_checkpoint: bool = False
+    sample: dict = field(default_factory=lambda: dict(SAMPLE))
 
-    data = corpus.kjv_data()
-    if args.baselines:  # the n-gram tables on the models' evaluation bytes, stored for the chapter
-        results = json.loads((RESULTS / name).read_text())
-        ranges = {"inside": (model.context // 2, model.context),
-                  "beyond": (model.max_context // 2, model.max_context)}
-        results["eval_baselines"] = {
-            **text_lm.eval_ngram_baselines(data, model, TextTrainConfig(**results["config"]["train"]),
-                                           ranges),
-            "ranges": {k: list(v) for k, v in ranges.items()}}
-        path = write(name, results)
-        print(f"wrote eval_baselines into {path}")
-        return path
-    bins = {n: text_lm.position_bins(n) for n in model.lengths}
-    try:
-        niceness = os.nice(0)
-    except OSError:
-        niceness = None
-    header = {
-        "benchmark": "text_lm",
-        "machine": {**machine(), "niceness": niceness,
-                    "shared": "run under `nice -n 19` on a 2-core machine that other jobs were "
-                              "using at the same time: tokens/s are lower bounds"},
-        "quick": args.quick,
-        "command": " ".join(["python", "benchmarks/text_lm.py", *(argv if argv is not None else sys.argv[1:])]),
-        "corpus": {
-            "name": "King James Bible (1611; Debian package bible-kjv, program `bible "
+
+def _presets() -> dict[str, Plan]:
+    chapter = TextTrainConfig(steps=1200, batch_size=8, lr=3e-3, warmup=120, eval_every=100)
+    tiny_model = TextModelConfig(n_layer=4, d_model=32, n_head=2, context=32, max_context=128,
+                                 chunk_size=16)
+    return {
+        "chapter": Plan(out="text_lm_tuned.json", mixers=ORDER, seeds=(0, 1, 2),
+                        model=TextModelConfig(), train=chapter, sweep_lrs=(1e-3, 3e-3, 1e-2)),
+        "short": Plan(out="text_lm.json", mixers=ORDER[:1] + ORDER[2:], seeds=(0, 1),
+                      model=TextModelConfig(), train=TextTrainConfig(), ship_checkpoint=True),
+        "quick": Plan(out="text_lm_quick.json", mixers=ORDER, seeds=(0,), model=TextModelConfig(),
+                      train=TextTrainConfig(steps=6, eval_every=3, curve_windows=2,
+                                            eval_windows=1, warmup=2),
+                      sweep_lrs=(1e-3, 3e-3)),
+        "tiny": Plan(out="text_lm_tiny.json", mixers=("softmax", "deltanet"), seeds=(0, 1),
+                     model=tiny_model,
+                     train=TextTrainConfig(steps=4, batch_size=2, warmup=1, eval_every=2,
+                                           curve_windows=2, eval_windows=1),
+                     sweep_lrs=(1e-3, 3e-3),
+                     sample=dict(prompt="And ", max_new_tokens=8, temperature=0.8, seed=0)),
+    }
+
+
+# ------------------------------------------------------------------ the corpus
+def text_file_data(path: Path) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """``(train, validation, description)`` of a text file: its last tenth (from a line
+    start) held out."""
+    raw = Path(path).read_text(encoding="utf-8")
+    cut = raw.rfind("\n", 0, int(len(raw) * 0.9)) + 1 or int(len(raw) * 0.9)
+    train, val = corpus.encode(raw[:cut], torch.uint8), corpus.encode(raw[cut:], torch.uint8)
+    return train, val, {"name": f"text file {Path(path).name}",
+                        "train": {"bytes": train.numel()}, "validation": {"bytes": val.numel()}}
+
+
+def kjv_description(data: corpus.KJVData) -> dict:
+    return {"name": "King James Bible (1611; Debian package bible-kjv, program `bible "
                     f"\"{corpus.KJV_RANGE}\"`)",
             "license": "public domain: the translation's copyright has expired "
                        "(/usr/share/doc/bible-kjv/copyright)",
             "documents": "the 66 books; verse text one verse per line, verse numbers and chapter "
                          "headings removed",
-            **corpus.corpus_stats(data.split)},
-        "config": {"mixers": mixers, "labels": {m: text_lm.MIXER_LABELS[m] for m in mixers},
-                   "seeds": seeds, "model": asdict(model), "lengths": list(model.lengths),
+            **corpus.corpus_stats(data.split)}
+
+
+# ------------------------------------------------------------------ what a run records
+def _git(*args) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.rstrip("\n") if done.returncode == 0 else None
+
+
+def provenance() -> dict:
+    """The commit and the uncommitted files of the code a run imports."""
+    dirty = _git("status", "--porcelain", "--", "src/gpt2k3", "benchmarks/text_lm.py",
+                 "benchmarks/_common.py", ":!src/gpt2k3/book")  # the book's code is not imported
+    return {"commit": _git("rev-parse", "HEAD"),
+            "uncommitted": [line[3:] for line in (dirty or "").splitlines()]}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _niceness() -> int | None:
+    try:
+        return os.nice(0)
+    except OSError:
+        return None
+
+
+def timed(fn):
+    """Run ``fn()``; return its result and what the run records about where and when it ran."""
+    where = {**machine(), "host": platform.node(), "niceness": _niceness(), **provenance(),
+             "started": _now(), "load_before": [round(v, 2) for v in os.getloadavg()]}
+    t0 = time.perf_counter()
+    result = fn()
+    where.update(finished=_now(), wall_seconds=round(time.perf_counter() - t0, 1),
+                 load_after=[round(v, 2) for v in os.getloadavg()])
+    return result, where
+
+
+# ------------------------------------------------------------------ the header
+def repeat_setup(val: torch.Tensor, model: TextModelConfig) -> tuple[list, dict]:
+    """The repeats of the held-out bytes the repeat test uses (those whose first copy ends at
+    least ``max_context`` bytes into the stream, so both copies get a full window at every
+    length; each is scored at the shortest evaluation length that holds it,
+    :func:`gpt2k3.experiments.text_lm.repeat_lengths`) and their description for the results."""
+    found = corpus.find_repeats(val, REPEAT_MIN_LENGTH, model.max_context)
+    usable = [r for r in found if r.first + r.length - 1 >= model.max_context]
+    by_length = text_lm.repeat_lengths(usable, model.lengths)
+    info = {"min_length": REPEAT_MIN_LENGTH, "skip": text_lm.REPEAT_SKIP,
+            "lengths": {str(n): len(v) for n, v in by_length.items()},
+            "distances": [list(b) for b in text_lm.REPEAT_DISTANCES],
+            "offsets": [list(b) for b in text_lm.REPEAT_OFFSETS],
+            "found": len(found), "used": len(usable),
+            "bytes": sum(r.length for r in usable),
+            "validation_bytes": val.numel(),
+            "repeats": [[r.first, r.second, r.length] for r in usable],
+            "examples": [{"distance": r.distance, "length": r.length,
+                          "text": corpus.decode(val[r.second:r.second + r.length])}
+                         for r in sorted(usable, key=lambda r: r.distance)[::max(1, len(usable) // 8)]]}
+    return usable, info
+
+
+def header(plan: Plan, name: str, train: torch.Tensor, val: torch.Tensor, description: dict,
+           repeat_info: dict, command: str) -> dict:
+    model, cfg = plan.model, plan.train
+    bins = {n: text_lm.position_bins(n) for n in model.lengths}
+    out = {
+        "benchmark": "text_lm", "preset": name,
+        "machine": {**machine(), "niceness": _niceness(),
+                    "shared": "a shared 2-core machine other jobs were using at the same time: "
+                              "bytes/s are lower bounds; each run records its own load"},
+        "command": command, "corpus": description,
+        "config": {"mixers": list(plan.mixers), "labels": {m: text_lm.MIXER_LABELS[m] for m in plan.mixers},
+                   "seeds": list(plan.seeds), "model": asdict(model), "lengths": list(model.lengths),
                    "train": asdict(cfg), "curve_steps": cfg.curve_steps(),
                    "tokens_per_run": cfg.steps * cfg.batch_size * model.context,
-                   "bins": {str(n): b for n, b in bins.items()}, "sample": sample_args,
+                   "bins": {str(n): b for n, b in bins.items()}, "sample": plan.sample,
                    "reference": text_lm.REFERENCE,
                    "learned_positions": list(text_lm.LEARNED_POSITIONS),
                    "matching": "total parameters matched to GPT-2's (4 d MLP) by the MLP width of "
                                "every other model (the experts' and then the dense layer's width "
                                "for the tiny K3)"},
     }
+    if plan.sweep_lrs:
+        out["config"]["lr_rule"] = {
+            "lrs": list(plan.sweep_lrs), "seed": plan.sweep_seed,
+            "rule": "every rate trains the seed once with the full budget; the one with the lowest "
+                    "validation bits per byte at the training length (val_bits, the number the "
+                    "run reports) is the model's rate, and that run is its run of this seed; a "
+                    "tie goes to the lower rate"}
     models = {}
-    for m in mixers:
+    for m in plan.mixers:
         net = text_lm.build_model(m, model, 0)
         models[m] = {"sizes": text_lm.matched_sizes(m, model), "params": text_lm.param_counts(net),
                      "position": net.config.position, "block_size": net.config.block_size,
                      "caches": list(net.new_cache(1, model.context).kinds)}
-    header["models"] = models
+    out["models"] = models
     # what knowing only the last 0, 1 or 2 bytes is worth on the same validation books
-    baselines = {name: round(corpus.ngram_bits(data.train, data.validation, n), 4)
-                 for n, name in ((1, "unigram"), (2, "bigram"), (3, "trigram"))}
-    header["baselines"] = baselines
+    out["baselines"] = {label: round(corpus.ngram_bits(train, val, n), 4)
+                        for n, label in ((1, "unigram"), (2, "bigram"), (3, "trigram"))}
+    ranges = {"inside": (model.context // 2, model.context),
+              "beyond": (model.max_context // 2, model.max_context)}
+    pair = SimpleNamespace(train=train, validation=val)
+    out["eval_baselines"] = {**text_lm.eval_ngram_baselines(pair, model, cfg, ranges),
+                             "ranges": {k: list(v) for k, v in ranges.items()}}
+    out["repeats"] = repeat_info
+    return out
 
-    kept, checkpoint, wall_before = [], None, 0.0
-    if args.update:  # keep the other models' runs; record what was rerun, when and where
-        old = json.loads((RESULTS / name).read_text())
-        for key in ("model", "train", "seeds", "sample"):
-            if old["config"][key] != header["config"][key]:
-                p.error(f"--update: the results' {key} settings differ from this run's")
-        kept = [r for r in old["runs"] if r["mixer"] not in mixers]
-        checkpoint = old.get("checkpoint") if text_lm.REFERENCE not in mixers else None
-        wall_before = old.get("wall_seconds", 0.0)
-        updates = old.get("updates", []) + [{"mixers": mixers, "machine": header["machine"],
-                                             "command": header["command"]}]
-        header = {**{k: v for k, v in old.items() if k not in ("runs", "checkpoint", "complete")},
-                  "models": {**old["models"], **models}, "updates": updates,
-                  "baselines": baselines}
-    order = {m: i for i, m in enumerate(header["config"]["mixers"])}
 
-    start = time.perf_counter()
-    total = len(mixers) * len(seeds)
-    records, walls = [], []
-    for seed in seeds:  # seed-major: an interrupted run still covers every mixer
-        for m in mixers:
-            t0 = time.perf_counter()
-            run = text_lm.train(m, data, model, cfg, seed=seed, threads=args.threads,
-                                sample_args=sample_args)
-            walls.append(time.perf_counter() - t0)
-            record = text_lm.run_record(run, bins)
-            record["wall_seconds"] = round(walls[-1], 1)
-            records.append(record)
-            if m == text_lm.REFERENCE and seed == 0 and not args.quick:
-                CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
-                sha = checkpoint.save_checkpoint(run.model, CHECKPOINT, mixer=m, meta={
-                    "seed": seed, "corpus": "King James Bible (bible-kjv), byte level",
-                    "val_bits": record["val_bits"], "tokens": run.tokens})
-                # the chapter-1 check: the shipped weights, reloaded, write this sample
-                again = text_lm.sample(checkpoint.load_checkpoint(CHECKPOINT)[0], **sample_args)
-                if again.ids != run.sample.ids:
-                    raise SystemExit("the reloaded checkpoint writes another sample")
-                checkpoint = {"file": f"src/gpt2k3/checkpoints/{checkpoint.CHECKPOINT}",
-                              "sha256": sha, "bytes": CHECKPOINT.stat().st_size,
-                              "mixer": m, "seed": seed, "dtype": "float32",
-                              "sample": record["sample"]}
-            runs = sorted(kept + records, key=lambda r: (r["seed"], order[r["mixer"]]))
-            payload = {**header, "runs": runs, "checkpoint": checkpoint,
-                       "train_seconds": round(sum(r["train_seconds"] for r in runs), 1),
-                       "wall_seconds": round(wall_before + time.perf_counter() - start, 1),
-                       "complete": {(r["mixer"], r["seed"]) for r in runs}
-                       == {(m, sd) for m in header["config"]["mixers"] for sd in header["config"]["seeds"]}}
-            path = write(name, payload)
-            lengths = " ".join(f"{k}:{v}" for k, v in record["length_bits"].items())
-            print(f"[{len(records)}/{total}] {m:15s} seed {seed}: {record['val_bits']} bits/byte "
-                  f"({lengths}); {record['tokens_per_second']:.0f} tokens/s; "
-                  f"{walls[-1]:.0f} s", flush=True)
-    print(f"total: {payload['train_seconds']:.0f} s training, {payload['wall_seconds']:.0f} s wall; "
-          f"wrote {path}", flush=True)
+# ------------------------------------------------------------------ resuming
+def _same_settings(old: dict, new: dict) -> list[str]:
+    """The settings in which a stored results file differs from this run (empty: resume).
+    A field the code gained since (a new training option, say) counts only if it is not at
+    the default the earlier runs had."""
+    defaults = {"model": asdict(TextModelConfig()), "train": asdict(TextTrainConfig())}
+    diffs = []
+    for key in ("mixers", "seeds", "model", "train", "lengths", "sample", "lr_rule"):
+        a, b = old["config"].get(key), new["config"].get(key)
+        if isinstance(a, dict) and isinstance(b, dict) and key in defaults:
+            gained = {k: v for k, v in b.items() if k not in a}
+            same = {k: b[k] for k in a if k in b} == a and \
+                all(v == defaults[key].get(k) for k, v in gained.items())
+        else:
+            same = a == b
+        if not same:
+            diffs.append(key)
+    return diffs
+
+
+def write_atomically(path: Path, payload: dict) -> None:
+    """Write ``payload`` as JSON to ``path`` through a temporary file and a rename, so a kill
+    at any moment leaves either the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _final_bits(record: dict) -> float:
+    return record["val_bits"]
+
+
+def choose_lr(sweep: list[dict], mixer: str, lrs) -> dict | None:
+    """The rule: ``mixer``'s run of ``sweep`` with the lowest final validation bits (a tie to the
+    lower rate); ``None`` until every rate of ``lrs`` has run."""
+    done = {r["lr"]: r for r in sweep if r["mixer"] == mixer}
+    if any(lr not in done for lr in lrs):
+        return None
+    return done[min(sorted(lrs), key=lambda lr: _final_bits(done[lr]))]
+
+
+def lr_choices(sweep: list[dict], plan: Plan) -> dict:
+    out = {}
+    for m in plan.mixers:
+        best = choose_lr(sweep, m, plan.sweep_lrs)
+        if best is not None:
+            out[m] = {"lr": best["lr"], "bits": {f"{r['lr']:g}": _final_bits(r) for r in sweep
+                                                 if r["mixer"] == m}}
+    return out
+
+
+# ------------------------------------------------------------------ one run
+def one_run(plan: Plan, m: str, seed: int, lr: float, train: torch.Tensor, val: torch.Tensor,
+            repeats: list, bins: dict, save: Path | None):
+    """Train and evaluate ``m`` on ``seed`` at peak rate ``lr``: ``(run, record)``."""
+    model = plan.model
+    cfg = replace(plan.train, lr=lr)
+
+    def work():
+        run = text_lm.train(m, (train, val), model, cfg, seed=seed, threads=None,
+                            sample_args=plan.sample)
+        rep = {}
+        for length, some in text_lm.repeat_lengths(repeats, model.lengths).items():
+            bits = text_lm.repeat_bits(run.model, val, some, length) if some else \
+                {"first": [], "second": []}  # no repeat needs this length: an empty record
+            if length > run.model.config.block_size:
+                bits = None  # cannot run
+            rep[str(length)] = text_lm.repeat_record(bits, some, length)
+        return run, rep
+
+    (run, rep), where = timed(work)
+    record = text_lm.run_record(run, bins)
+    record.update(lr=lr, repeats=rep, wall_seconds=where["wall_seconds"], machine=where)
+    if save is not None:
+        save.mkdir(parents=True, exist_ok=True)
+        torch.save({"mixer": m, "seed": seed, "lr": lr, "model": asdict(model), "sizes": run.sizes,
+                    "state_dict": run.model.state_dict()}, save / f"{m}_seed{seed}_lr{lr:g}.pt")
+    return run, record
+
+
+def ship_gpt2(run, record: dict, sample_args: dict) -> dict:
+    """Save the shipped GPT-2 checkpoint (chapter 1 samples it) and check it writes the same."""
+    CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
+    sha = checkpoint.save_checkpoint(run.model, CHECKPOINT, mixer=run.mixer, meta={
+        "seed": run.seed, "corpus": "King James Bible (bible-kjv), byte level",
+        "val_bits": record["val_bits"], "tokens": run.tokens})
+    again = text_lm.sample(checkpoint.load_checkpoint(CHECKPOINT)[0], **sample_args)
+    if again.ids != run.sample.ids:
+        raise SystemExit("the reloaded checkpoint writes another sample")
+    return {"file": f"src/gpt2k3/checkpoints/{checkpoint.CHECKPOINT}", "sha256": sha,
+            "bytes": CHECKPOINT.stat().st_size, "mixer": run.mixer, "seed": run.seed,
+            "dtype": "float32", "sample": record["sample"]}
+
+
+# ------------------------------------------------------------------ the loop
+def main(argv=None) -> Path:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    presets = _presets()
+    p.add_argument("--preset", default="chapter", choices=sorted(presets))
+    p.add_argument("--mixers", help="comma-separated subset of the preset's models (a new file only)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (default 1: as fast for models this small, and on a shared "
+                        "machine a second thread spin-waits)")
+    p.add_argument("--out", help="results file (default: the preset's, in benchmarks/results)")
+    p.add_argument("--text", help="train on this UTF-8 text file instead of the King James Bible")
+    p.add_argument("--save", help="also save every main run's weights into this folder")
+    p.add_argument("--redo", help="comma-separated models whose stored runs are dropped and rerun")
+    p.add_argument("--baselines", action="store_true",
+                   help="only (re)compute the n-gram tables on the evaluation bytes into the "
+                        "results file (seconds; no training)")
+    args = p.parse_args(argv)
+    name = args.preset
+    plan = presets[name]
+    if args.mixers:
+        chosen = tuple(args.mixers.split(","))
+        if unknown := [m for m in chosen if m not in MIXERS]:
+            p.error(f"unknown mixers {unknown}; choose from {MIXERS}")
+        plan = replace(plan, mixers=chosen)
+    torch.set_num_threads(args.threads)
+    path = Path(args.out) if args.out else RESULTS / plan.out
+    command = " ".join(["python", "benchmarks/text_lm.py", *(argv if argv is not None else sys.argv[1:])])
+
+    if args.text:
+        train, val, description = text_file_data(Path(args.text))
+    else:
+        data = corpus.kjv_data()
+        train, val, description = data.train, data.validation, kjv_description(data)
+    repeats, repeat_info = repeat_setup(val, plan.model)
+    head = header(plan, name, train, val, description, repeat_info, command)
+    if args.baselines:
+        stored = json.loads(path.read_text())
+        stored["eval_baselines"] = head["eval_baselines"]
+        write_atomically(path, stored)
+        print(f"wrote eval_baselines into {path}")
+        return path
+
+    sweep, runs, extra = [], [], {}
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if diffs := _same_settings(stored, head):
+            p.error(f"{path} holds runs with other settings ({', '.join(diffs)}); move it away "
+                    "to start afresh")
+        sweep = stored.get("sweep", [])
+        trials = {(r["mixer"], r["seed"], r["lr"]) for r in sweep}  # shown in runs too: kept once
+        runs = [r for r in stored.get("runs", []) if (r["mixer"], r["seed"], r.get("lr")) not in trials]
+        extra = {k: stored[k] for k in ("sessions", "updates", "checkpoint") if k in stored}
+        if args.redo:
+            redo = args.redo.split(",")
+            runs = [r for r in runs if r["mixer"] not in redo]
+            sweep = [r for r in sweep if r["mixer"] not in redo]
+            extra["updates"] = extra.get("updates", []) + [{"mixers": redo, "command": command,
+                                                            "machine": head["machine"]}]
+        print(f"resuming {path}: {len(sweep)} rate trials and {len(runs)} other runs kept", flush=True)
+    extra["sessions"] = extra.get("sessions", []) + [{"started": _now(), "command": command,
+                                                      "machine": head["machine"], **provenance()}]
+    order = {m: i for i, m in enumerate(plan.mixers)}
+    bins = {n: text_lm.position_bins(n) for n in plan.model.lengths}
+
+    def chosen():
+        """Every run the chapter reads: each model's best run of the sweep, and the others."""
+        best = [b for m in plan.mixers if (b := choose_lr(sweep, m, plan.sweep_lrs or ()))] \
+            if plan.sweep_lrs else []
+        return best + runs
+
+    def save_all():
+        shown = chosen()
+        done = {(r["mixer"], r["seed"]) for r in shown}
+        payload = {**head, **extra,
+                   "sweep": sorted(sweep, key=lambda r: (order[r["mixer"]], r["lr"])),
+                   "lr_choice": lr_choices(sweep, plan) if plan.sweep_lrs else None,
+                   "runs": sorted(shown, key=lambda r: (r["seed"], order[r["mixer"]])),
+                   "train_seconds": round(sum(r["train_seconds"] for r in sweep + runs), 1),
+                   "wall_seconds": round(sum(r["wall_seconds"] for r in sweep + runs), 1),
+                   "complete": done == {(m, s) for m in plan.mixers for s in plan.seeds}}
+        write_atomically(path, payload)
+
+    def report(k, what, record):
+        lengths = " ".join(f"{n}:{v}" for n, v in record["length_bits"].items())
+        print(f"[{k}/{total}] {what}: {record['val_bits']} bits/byte ({lengths}); "
+              f"{record['tokens_per_second']:.0f} bytes/s; {record['wall_seconds']:.0f} s, "
+              f"load {record['machine']['load_before'][0]}", flush=True)
+
+    save_all()
+    later = [s for s in plan.seeds if not (plan.sweep_lrs and s == plan.sweep_seed)]
+    jobs = [("sweep", m, plan.sweep_seed, lr) for m in plan.mixers for lr in (plan.sweep_lrs or ())]
+    jobs += [("run", m, s, None) for s in later for m in plan.mixers]  # seed-major
+    total = len(jobs)
+    save = Path(args.save) if args.save else None
+    for k, (phase, m, seed, lr) in enumerate(jobs, 1):
+        if phase == "sweep":
+            if any(r["mixer"] == m and r["lr"] == lr for r in sweep):
+                continue
+            _, record = one_run(plan, m, seed, lr, train, val, repeats, bins, save)
+            sweep.append(record)
+            save_all()
+            report(k, f"{m} seed {seed} lr {lr:g} (rate trial)", record)
+            continue
+        if any(r["mixer"] == m and r["seed"] == seed for r in runs):
+            continue
+        lr = choose_lr(sweep, m, plan.sweep_lrs)["lr"] if plan.sweep_lrs else plan.train.lr
+        run, record = one_run(plan, m, seed, lr, train, val, repeats, bins, save)
+        runs.append(record)
+        if plan.ship_checkpoint and m == text_lm.REFERENCE and seed == 0:
+            extra["checkpoint"] = ship_gpt2(run, record, plan.sample)
+        save_all()
+        report(k, f"{m} seed {seed} lr {lr:g}", record)
+    print(f"done: {len(sweep)} rate trials and {len(runs)} other runs; wrote {path}", flush=True)
     return path
 
 

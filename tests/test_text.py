@@ -270,3 +270,38 @@ def test_ngram_window_bits_equals_the_tables_on_each_window():
         text.ngram_window_bits(train, x, 2)
     with pytest.raises(ValueError, match="train"):
         text.ngram_window_bits(train.float(), windows, 2)
+
+
+def test_find_repeats_by_hand():
+    a = "the voice of the turtle is heard in our land"        # 44 bytes
+    b = "and the fig tree putteth forth her green figs"       # 45 bytes
+    s = "Arise, my love, my fair one. " + a + " | " + b + " || " + a + " ... " + b + "."
+    stream = text.encode(s, torch.uint8)
+    reps = text.find_repeats(stream, 32, 200)
+    assert [s[r.second:r.second + r.length] for r in reps] == [" " + a + " ", " " + b]
+    for r in reps:  # verbatim, not overlapping, both copies in one window
+        assert s[r.first:r.first + r.length] == s[r.second:r.second + r.length]
+        assert r.first + r.length <= r.second and r.span <= 200
+        assert r.distance == r.second - r.first and r.span == r.second + r.length - r.first
+    # a window too short for both copies finds nothing; a longer minimum length neither
+    assert text.find_repeats(stream, 32, 80) == []
+    assert text.find_repeats(stream, 50, 200) == []
+
+
+def test_find_repeats_keeps_only_first_occurrences_as_the_earlier_copy():
+    a = "the voice of the turtle is heard in our land"
+    s = a + " one " + a + " two " + a + " three"
+    reps = text.find_repeats(text.encode(s, torch.uint8), 32, 200)
+    # the second copy repeats the first; the third repeats the second, which is no first occurrence
+    assert len(reps) == 1 and reps[0].first == 0 and reps[0].second == len(a + " one ")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: text.find_repeats("abc"), "data must be"),
+    (lambda: text.find_repeats(torch.zeros(10), 4, 16), "data must be"),
+    (lambda: text.find_repeats(torch.zeros(10, dtype=torch.long), 0, 16), "min_length"),
+    (lambda: text.find_repeats(torch.zeros(10, dtype=torch.long), 8, 15), "window"),
+])
+def test_find_repeats_rejects_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -11,7 +11,9 @@ import torch.nn as nn
 from gpt2k3.book import results
 from gpt2k3.experiments import checkpoint, corpus as text, text_lm
 from gpt2k3.model import GPT
-from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.layers.attention import CausalSelfAttention, RotaryCausalSelfAttention
+from gpt2k3.layers.mlp import SwiGLU
+from gpt2k3.layers.norms import RMSNorm
 from gpt2k3.layers.deltanet import BoundedKDA
 from gpt2k3.layers.mla import MLA as GatedNoPEMLA  # K3's MLA: MLAConfig(rope=False, output_gate=True)
 from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
@@ -41,7 +43,8 @@ LAYERS = {"softmax": [CausalSelfAttention] * 4, "softmax_conv": [ConvMixer] * 4,
           "linear": [ConvMixer] * 4, "deltanet": [DeltaNet] * 4,
           "gated_deltanet": [GatedDeltaNet] * 4, "kda": [KDA] * 4,
           "hybrid": [KDA, KDA, KDA, CausalSelfAttention],
-          "k3": [BoundedKDA, BoundedKDA, BoundedKDA, GatedNoPEMLA]}
+          "k3": [BoundedKDA, BoundedKDA, BoundedKDA, GatedNoPEMLA],
+          "transformer_pp": [RotaryCausalSelfAttention] * 4}
 
 
 @pytest.mark.parametrize("mixer", MIXERS)
@@ -53,7 +56,7 @@ def test_every_model_has_its_mixers_and_positions(mixer):
     assert len(names) == 4 and all(isinstance(n, str) for n in names)
     assert names[-1] == {"softmax": "softmax", "softmax_conv": "conv + softmax", "linear": "conv + linear",
                          "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "kda": "KDA",
-                         "hybrid": "softmax", "k3": "MLA"}[mixer]
+                         "hybrid": "softmax", "k3": "MLA", "transformer_pp": "softmax + RoPE"}[mixer]
     if mixer == "softmax_conv":
         assert all(isinstance(b.attn.inner, CausalSelfAttention) for b in net.transformer.h)
     if mixer == "linear":
@@ -67,6 +70,12 @@ def test_every_model_has_its_mixers_and_positions(mixer):
     else:
         assert net.config.position == "none" and net.config.block_size == TINY.max_context
         assert "wpe" not in net.transformer
+    if mixer == "transformer_pp":  # the Llama recipe: RMSNorm, SwiGLU, no biases, untied head
+        assert all(isinstance(b.ln_1, RMSNorm) and isinstance(b.ln_2, RMSNorm)
+                   and isinstance(b.mlp, SwiGLU) for b in net.transformer.h)
+        assert isinstance(net.transformer.ln_f, RMSNorm)
+        assert net.lm_head.weight is not net.transformer.wte.weight
+        assert not any(name.endswith("bias") for name, _ in net.named_parameters())
 
 
 @pytest.mark.parametrize("config", [TINY, TextModelConfig()], ids=["tiny", "chapter"])
@@ -317,3 +326,205 @@ def test_the_results_hold_the_evaluation_baselines():
     stored = results.load("text_lm.json")["eval_baselines"]
     assert stored["bigram_eval"] > stored["trigram_eval"] > 0
     assert set(stored["ranges"]) == {"inside", "beyond"}
+
+
+# ------------------------------------------------------------------ RoPE and Transformer++
+def _rope_layer(seed=0, n_embd=16, n_head=2):
+    from gpt2k3.config import GPTConfig
+    torch.manual_seed(seed)
+    cfg = GPTConfig(block_size=64, vocab_size=256, n_layer=1, n_head=n_head, n_embd=n_embd,
+                    position="none", bias=False)
+    return RotaryCausalSelfAttention(cfg), cfg
+
+
+def test_rope_attention_decodes_like_one_forward():
+    layer, _ = _rope_layer()
+    x = torch.randn(2, 20, 16)
+    full = layer(x)
+    cache = layer.new_cache(2, 20)
+    parts = [layer(x[:, :7], cache=cache)] + [layer(x[:, t:t + 1], cache=cache) for t in range(7, 20)]
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="KVCache"):
+        layer(x, cache=object())
+
+
+def test_rope_scores_depend_only_on_the_offset():
+    from gpt2k3.layers.mla import apply_rope
+    q, k = torch.randn(1, 1, 1, 8, dtype=torch.float64), torch.randn(1, 1, 1, 8, dtype=torch.float64)
+    def score(m, n):
+        return float((apply_rope(q, torch.tensor([m]), 10000.0, interleave=False)
+                      * apply_rope(k, torch.tensor([n]), 10000.0, interleave=False)).sum())
+    assert score(5, 2) == pytest.approx(score(105, 102), rel=1e-12)
+    assert score(5, 2) != pytest.approx(score(5, 3), rel=1e-6)
+
+
+def test_rope_attention_is_gpt2_attention_plus_the_rotation():
+    """Same weights: at position 0 nothing is rotated, so the first output equals GPT-2's layer;
+    later outputs differ. GPT-2's own layer is unchanged."""
+    layer, cfg = _rope_layer(seed=3)
+    plain = CausalSelfAttention(cfg)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(1, 6, 16)
+    a, b = layer(x), plain(x)
+    torch.testing.assert_close(a[:, 0], b[:, 0])
+    assert not torch.allclose(a[:, 1:], b[:, 1:])
+    with pytest.raises(ValueError, match="even"):
+        _rope_layer(n_embd=6, n_head=2)
+    with pytest.raises(ValueError, match="rope_theta"):
+        RotaryCausalSelfAttention(cfg, rope_theta=0)
+
+
+def test_transformer_pp_equals_hugging_face_llama():
+    """Transformer++ is Llama: with its weights loaded into transformers' LlamaForCausalLM (an
+    independent implementation of RoPE, RMSNorm and SwiGLU), the logits agree."""
+    transformers = pytest.importorskip("transformers")
+    tiny = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=32, max_context=128, chunk_size=16)
+    net = text_lm.build_model("transformer_pp", tiny, seed=0).eval()
+    d, hidden = tiny.d_model, net.transformer.h[0].mlp.gate_proj.out_features
+    cfg = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=d, intermediate_size=hidden, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    sd = {"model.embed_tokens.weight": net.transformer.wte.weight,
+          "model.norm.weight": net.transformer.ln_f.weight, "lm_head.weight": net.lm_head.weight}
+    for i, b in enumerate(net.transformer.h):
+        q, k, v = b.attn.c_attn.weight.split(d, 0)
+        pre = f"model.layers.{i}."
+        sd.update({pre + "self_attn.q_proj.weight": q, pre + "self_attn.k_proj.weight": k,
+                   pre + "self_attn.v_proj.weight": v, pre + "self_attn.o_proj.weight": b.attn.c_proj.weight,
+                   pre + "mlp.gate_proj.weight": b.mlp.gate_proj.weight,
+                   pre + "mlp.up_proj.weight": b.mlp.up_proj.weight,
+                   pre + "mlp.down_proj.weight": b.mlp.down_proj.weight,
+                   pre + "input_layernorm.weight": b.ln_1.weight,
+                   pre + "post_attention_layernorm.weight": b.ln_2.weight})
+    hf.load_state_dict({k: v.detach() for k, v in sd.items()}, strict=True)
+    x = torch.randint(0, 256, (2, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), hf(x).logits, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ the repeat test
+def _repeat_stream():
+    """Held-out-like text with one verbatim repeat 40 bytes after its first copy."""
+    filler = ("In the beginning God created the heaven and the earth. And the earth was without "
+              "form, and void; and darkness was upon the face of the deep. ")
+    copy = "the voice of the turtle is heard in our land"
+    s = filler + copy + " and so on, and so forth. " + copy + " amen."
+    return text.encode(s, torch.uint8), copy, s
+
+
+def test_repeat_windows_hold_the_copy_and_its_first_occurrence():
+    stream, copy, s = _repeat_stream()
+    (r,) = text.find_repeats(stream, 32, 128)
+    assert r.length >= len(copy) and r.distance == len(copy) + len(" and so on, and so forth. ")
+    assert s[r.second:r.second + r.length] == s[r.first:r.first + r.length]
+    n = r.span + 1
+    for which, start in (("first", r.first), ("second", r.second)):
+        x, y = text_lm.repeat_windows(stream, [r], n, which)
+        assert x.shape == y.shape == (1, n) and torch.equal(x[0, 1:], y[0, :-1])
+        # the copy's bytes are the window's last targets
+        assert text.decode(y[0, -r.length:]) == s[start:start + r.length]
+    x, _ = text_lm.repeat_windows(stream, [r], n, "second")
+    assert s[r.first:r.first + r.length] in text.decode(x[0])  # the first copy is in view
+    x, _ = text_lm.repeat_windows(stream, [r], r.span - 20, "second")
+    assert s[r.first:r.first + r.length] not in text.decode(x[0])  # a shorter window: not
+    with pytest.raises(ValueError, match="does not fit"):
+        text_lm.repeat_windows(stream, [r], 400, "first")
+    with pytest.raises(ValueError, match="copy"):
+        text_lm.repeat_windows(stream, [r], 100, "third")
+
+
+def test_a_model_that_reads_only_the_current_byte_scores_both_copies_alike():
+    """With every attention output zeroed, GPT-2 predicts each byte from the byte before it
+    alone: the two copies cost the same from offset 1 on (offset 0 follows different bytes).
+    A model with attention sees the first copy and scores the second differently."""
+    stream, copy, _ = _repeat_stream()
+    repeats = text.find_repeats(stream, 32, 128)
+    model = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=128, max_context=256)
+    bigram_only = text_lm.build_model("softmax", model, seed=0)
+    with torch.no_grad():
+        for b in bigram_only.transformer.h:
+            b.attn.c_proj.weight.zero_()
+            b.attn.c_proj.bias.zero_()
+    length = model.context
+    fits = [r for r in repeats if r.first + r.length - 1 >= length]
+    bits = text_lm.repeat_bits(bigram_only, stream, fits, length)
+    for a, b in zip(bits["first"], bits["second"]):
+        torch.testing.assert_close(a[1:], b[1:], rtol=0, atol=1e-9)
+    record = text_lm.repeat_record(bits, fits, length)
+    picked = [i for i, r in enumerate(fits) if r.span <= length]
+    assert sum(record["n"]) == len(picked) == 1
+    for a, b in zip(record["first"], record["second"]):
+        assert (a is None and b is None) or a == pytest.approx(b, rel=1e-4)
+    want = sum(v for i in picked for v in bits["second"][i][text_lm.REPEAT_SKIP:].tolist())
+    n = sum(fits[i].length - text_lm.REPEAT_SKIP for i in picked)
+    assert sum(record["bytes"]) == n
+    got = sum(m * k for m, k in zip(record["second"], record["bytes"]) if m is not None)
+    assert got == pytest.approx(want, rel=1e-4)
+    assert text_lm.repeat_bits(bigram_only, stream, fits, 2 * length) is None  # past its table
+    assert text_lm.repeat_record(None, fits, 2 * length) is None
+    # a model that attends reads the first copy: the second costs it other bits
+    attends = text_lm.build_model("softmax", model, seed=0)
+    seen = text_lm.repeat_bits(attends, stream, fits, length)
+    assert not torch.allclose(seen["first"][0][1:], seen["second"][0][1:])
+
+
+# ------------------------------------------------------------------ the benchmark resumes
+def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
+    """Kill the tiny benchmark once its first run is written, restart it: every run written
+    before the kill is kept as it was, only the missing ones train, and none appears twice."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    corpus_file = tmp_path / "text.txt"
+    corpus_file.write_text("\n".join(_LINES * 60) + "\n")
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
+           "--text", str(corpus_file), "--out", str(out)]
+
+    def records():
+        if not out.exists():
+            return []
+        data = json.loads(out.read_text())
+        return data["sweep"] + [r for r in data["runs"] if r not in data["sweep"]]
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 600
+        while not records() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    before = {json.dumps(r, sort_keys=True) for r in records()}
+    assert before, proc.stderr.read().decode()[-2000:]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    data = json.loads(out.read_text())
+    total = 2 * 2 + 2  # two rates for each of two models, then seed 1 of each
+    trained = [line for line in again.stdout.splitlines() if line.startswith("[")]
+    assert len(before) < total  # the kill came before the end: there was something to resume
+    assert len(trained) == total - len(before)  # only the missing runs trained
+    after = {json.dumps(r, sort_keys=True) for r in records()}
+    assert before <= after and len(after) == total  # kept as they were, none twice
+    assert data["complete"] and len(data["sessions"]) == 2
+    keys = [(r["mixer"], r["seed"], r["lr"]) for r in data["sweep"]]
+    assert len(set(keys)) == len(keys) == 4
+    assert sorted((r["mixer"], r["seed"]) for r in data["runs"]) == [
+        ("deltanet", 0), ("deltanet", 1), ("softmax", 0), ("softmax", 1)]
+    for m, choice in data["lr_choice"].items():  # seed 0 is the best trial; seed 1 trains at its rate
+        best = min(r["val_bits"] for r in data["sweep"] if r["mixer"] == m)
+        assert [r["val_bits"] for r in data["sweep"] if r["mixer"] == m and r["lr"] == choice["lr"]] == [best]
+        assert {r["lr"] for r in data["runs"] if r["mixer"] == m} == {choice["lr"]}
+    for r in data["sweep"] + data["runs"]:
+        assert len(r["machine"]["load_before"]) == 3 and r["machine"]["wall_seconds"] >= 0
+        assert r["machine"]["started"] <= r["machine"]["finished"]
+    # a restart with other settings is refused
+    other = subprocess.run(cmd + ["--mixers", "softmax"], capture_output=True, text=True, timeout=600)
+    assert other.returncode != 0 and "other settings" in other.stderr

@@ -45,10 +45,16 @@ it compares models -- and corpora -- directly.
 :func:`sample_batch` draws training windows with an explicit :class:`torch.Generator` (the same
 generator state gives the same batch); :func:`eval_windows` cuts fixed, evenly spaced windows for
 evaluation.
+
+**Repeats.** The Bible repeats itself: refrains (*vanity and vexation of spirit*), formulas
+(*her mother in law said unto her*), whole verses. :func:`find_repeats` finds the stretches
+of a byte stream that occur verbatim a second time within one window of text, the material
+of chapter 11's test of whether a model reads far back in its context.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 import re
@@ -65,7 +71,7 @@ __all__ = ["BIBLE_PROGRAM", "KJV_RANGE", "INSTALL_HINT", "BOOKS", "OLD_TESTAMENT
            "VALIDATION_BOOKS", "VOCAB_SIZE", "Book", "Split", "KJVData", "find_bible", "dump_kjv",
            "parse_bible", "load_kjv", "split_books", "join_books", "encode", "decode",
            "kjv_data", "sample_batch", "eval_windows", "corpus_stats", "ngram_bits",
-           "ngram_window_bits"]
+           "ngram_window_bits", "Repeat", "find_repeats"]
 
 #: The program that prints the text (Debian package ``bible-kjv``).
 BIBLE_PROGRAM = "bible"
@@ -453,3 +459,74 @@ def ngram_window_bits(train: torch.Tensor, windows: tuple[torch.Tensor, torch.Te
         raise ValueError(f"windows of {x.shape[1]} targets are too short for order = {order}")
     keys = torch.cat([_keys(row, order) for row in rows])
     return _ngram_score(train, keys, order, alpha)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A stretch of ``length`` bytes at ``second`` that equals the one at ``first`` (earlier)."""
+
+    first: int
+    second: int
+    length: int
+
+    @property
+    def distance(self) -> int:
+        """How far back the earlier copy starts: ``second - first`` bytes."""
+        return self.second - self.first
+
+    @property
+    def span(self) -> int:
+        """Bytes from the earlier copy's first byte to the later copy's last: the window that
+        holds both."""
+        return self.second + self.length - self.first
+
+
+def find_repeats(data: torch.Tensor, min_length: int = 32, window: int = 2048) -> list[Repeat]:
+    """The verbatim repeats of ``data`` (a 1-D byte stream) that fit in one ``window``.
+
+    Scanning from the start, a position begins a repeat when the ``min_length`` bytes from it
+    occurred before, ending at least ``min_length`` bytes earlier (the copies do not overlap)
+    and close enough that both fit in ``window`` bytes; the most recent such copy is taken and
+    the match extended byte by byte while it holds, the copies do not overlap and both still
+    fit (``span <= window``). The scan resumes after the repeat. A repeat is kept only if its
+    earlier copy is a *first* occurrence: none of its ``min_length``-byte pieces occurred in
+    the ``window`` bytes before it. So the earlier copy is read with no copy of itself in view
+    and the later one with at least one: the pair a model's memory can be tested on.
+    Deterministic; pure Python over the bytes (a fraction of a second for the validation books).
+    """
+    if not isinstance(data, torch.Tensor) or data.dim() != 1 or data.dtype.is_floating_point:
+        raise ValueError("data must be a 1-D integer tensor of byte ids")
+    n = check_positive_int(min_length, "min_length")
+    window = check_positive_int(window, "window")
+    if window < 2 * n:
+        raise ValueError(f"window must hold two copies of min_length = {n} bytes, got {window}")
+    b = bytes(data.tolist()) if data.numel() else b""
+    starts: dict[bytes, list[int]] = {}
+    for i in range(len(b) - n + 1):
+        starts.setdefault(b[i:i + n], []).append(i)
+
+    def copy_before(i: int, reach: int) -> int | None:
+        """The most recent start of ``b[i:i+n]`` ending before ``i`` and starting within
+        ``reach`` bytes of it, if any."""
+        earlier = starts[b[i:i + n]]
+        for j in reversed(earlier[:bisect.bisect_left(earlier, i)]):
+            if i - j > reach:
+                return None
+            if i - j >= n:
+                return j
+        return None
+
+    out, i = [], 0
+    while i <= len(b) - n:
+        j = copy_before(i, window - n)
+        if j is None:
+            i += 1
+            continue
+        length = n
+        while (i + length < len(b) and j + length < i and i + length + 1 - j <= window
+               and b[i + length] == b[j + length]):
+            length += 1
+        if all(copy_before(t, window) is None for t in range(j, j + length - n + 1)):
+            out.append(Repeat(first=j, second=i, length=length))
+        i += length
+    return out

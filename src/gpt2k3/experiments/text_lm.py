@@ -16,10 +16,16 @@ byte and scored in **bits per byte** on held-out books:
 * ``"hybrid"``: three KDA layers, then one softmax-attention layer (Kimi Linear's 3:1,
   :func:`gpt2k3.models.hybrid.hybrid_schedule`);
 * ``"k3"``: the tiny Kimi K3 (:func:`gpt2k3.models.k3.tiny_k3`): bounded-gate KDA with a gated NoPE MLA
-  layer every fourth, latent MoE, SiTU-GLU, RMSNorm, Attention Residuals, untied head.
+  layer every fourth, latent MoE, SiTU-GLU, RMSNorm, Attention Residuals, untied head;
+* ``"transformer_pp"``: the modern softmax baseline the Gated DeltaNet and Kimi Linear papers
+  compare with, "Transformer++" (the Llama recipe): rotary positions
+  (:class:`gpt2k3.layers.attention.RotaryCausalSelfAttention`), RMSNorm
+  (:class:`gpt2k3.layers.norms.RMSNorm`), a SwiGLU MLP (:class:`gpt2k3.layers.mlp.SwiGLU`), no
+  biases, untied head.
 
 Every model but GPT-2 has no position table (Kimi Linear and K3 use none; the recurrent mixers
-know order from their recurrence), so its ``block_size`` is the longest evaluation length,
+know order from their recurrence; Transformer++ rotates its queries and keys instead), so its
+``block_size`` is the longest evaluation length,
 ``max_context``, and it can read 4x and 8x more bytes than it was trained on. GPT-2's learned
 table has ``context`` rows and nothing beyond: it cannot run past them at all.
 
@@ -36,6 +42,9 @@ explicit generator (:func:`gpt2k3.experiments.corpus.sample_batch`), every model
 bytes. **Evaluation** (:func:`evaluate`) scores fixed windows of the validation books: bits
 per byte overall and per position in the window (:func:`position_bits`), at the training
 length and at 4x and 8x of it on the *same* bytes (the long windows cut into short ones).
+:func:`repeat_bits` asks whether a model reads far back: the loss on a stretch of held-out text
+the second time it occurs within a window, against the first time
+(:func:`gpt2k3.experiments.corpus.find_repeats`).
 :func:`decode_bytes` measures what a model keeps per sequence to decode the next byte, its
 cache's ``used_nbytes``. :func:`sample` writes text with a seeded generator in float64.
 
@@ -66,22 +75,26 @@ from gpt2k3.experiments.train import (
     torch_threads,
 )
 from gpt2k3.layers import deltanet as delta
-from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.layers.attention import CausalSelfAttention, RotaryCausalSelfAttention
 from gpt2k3.layers.linear_attention import LinearAttention
-from gpt2k3.layers.mlp import MLP
+from gpt2k3.layers.mlp import MLP, SwiGLU
+from gpt2k3.layers.norms import RMSNorm
 from gpt2k3.model import GPT
 from gpt2k3.models.hybrid import hybrid_mixer, hybrid_schedule
 from gpt2k3.models.k3 import tiny_k3
 
-__all__ = ["eval_ngram_baselines", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "PUBLISHED_SCALE", "scale_ratios"]
+__all__ = ["eval_ngram_baselines", "REPEAT_SKIP", "REPEAT_DISTANCES", "REPEAT_OFFSETS",
+           "token_bits", "repeat_lengths", "repeat_windows", "repeat_bits", "repeat_record", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "PUBLISHED_SCALE", "scale_ratios"]
 
 #: The models compared in chapter 11, in the book's order.
-MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3")
+MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3",
+          "transformer_pp")
 #: Display names.
 MIXER_LABELS = {"softmax": "GPT-2 (softmax)", "softmax_conv": "Softmax + conv (NoPE)",
                 "linear": "Linear attention + conv", "deltanet": "DeltaNet",
                 "gated_deltanet": "Gated DeltaNet", "kda": "KDA",
-                "hybrid": "3:1 KDA:softmax hybrid", "k3": "Tiny Kimi K3"}
+                "hybrid": "3:1 KDA:softmax hybrid", "k3": "Tiny Kimi K3",
+                "transformer_pp": "Transformer++ (RoPE, RMSNorm, SwiGLU)"}
 #: The model every other is matched to in parameters.
 REFERENCE = "softmax"
 #: Models with a learned position table (they cannot read past ``context``).
@@ -231,13 +244,16 @@ class ConvMixer(nn.Module):
 
 def gpt_config(mixer: str, model: TextModelConfig = TextModelConfig()) -> GPTConfig:
     """The :class:`GPTConfig` of ``mixer``'s model: byte vocabulary; a learned position table of
-    ``context`` rows for GPT-2, none (and ``block_size = max_context``) for every other."""
+    ``context`` rows for GPT-2, none (and ``block_size = max_context``) for every other; no
+    biases and an untied head for Transformer++ (the Llama recipe)."""
     check_choice(mixer, "mixer", MIXERS)
     check_instance(model, "model", TextModelConfig)
     learned = mixer in LEARNED_POSITIONS
+    llama = mixer == "transformer_pp"
     return GPTConfig(block_size=model.context if learned else model.max_context,
                      vocab_size=_text.VOCAB_SIZE, n_layer=model.n_layer, n_head=model.n_head,
-                     n_embd=model.d_model, position="learned" if learned else "none")
+                     n_embd=model.d_model, position="learned" if learned else "none",
+                     bias=not llama, tie_embeddings=not llama)
 
 
 def _check_sizes(mixer: str, sizes: Mapping | None) -> dict:
@@ -257,6 +273,9 @@ def _build(mixer: str, model: TextModelConfig, sizes: dict) -> GPT:
     if mixer == "k3":
         return tiny_k3(config, **sizes)
     hidden, cs = sizes.get("mlp_hidden"), model.chunk_size
+    if mixer == "transformer_pp":  # RoPE, RMSNorm, SwiGLU: the Llama recipe
+        return GPT(config, mixer=lambda c, i: RotaryCausalSelfAttention(c),
+                   mlp=lambda c, i: SwiGLU(c.n_embd, hidden or 8 * c.n_embd // 3), norm=RMSNorm)
     mlp = None if hidden is None else (lambda c, i: MLP(c, hidden))  # None: GPT-2's 4 d
     if mixer == "softmax":
         mix = None  # GPT-2's own attention
@@ -339,7 +358,7 @@ def param_counts(model: GPT) -> dict:
 
 
 def mixer_names(model: GPT) -> list[str]:
-    """The token mixer of every block, by name: ``"softmax"``, ``"conv + softmax"``,
+    """The token mixer of every block, by name: ``"softmax"``, ``"softmax + RoPE"``, ``"conv + softmax"``,
     ``"conv + linear"``, ``"DeltaNet"``, ``"Gated DeltaNet"``, ``"KDA"``, ``"MLA"``."""
     check_instance(model, "model", GPT)
     from gpt2k3.layers.mla import MLA
@@ -347,7 +366,8 @@ def mixer_names(model: GPT) -> list[str]:
     def name(layer):
         if isinstance(layer, ConvMixer):
             return "conv + " + name(layer.inner)
-        for cls, label in ((CausalSelfAttention, "softmax"), (LinearAttention, "linear"),
+        for cls, label in ((RotaryCausalSelfAttention, "softmax + RoPE"),
+                           (CausalSelfAttention, "softmax"), (LinearAttention, "linear"),
                            (delta.KDA, "KDA"), (delta.GatedDeltaNet, "Gated DeltaNet"),
                            (delta.DeltaNet, "DeltaNet"), (MLA, "MLA")):
             if isinstance(layer, cls):
@@ -412,6 +432,132 @@ def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) 
     if not torch.isfinite(bits).all():
         raise ValueError("the model's loss is not finite on these windows")
     return bits
+
+
+#: Bytes at the start of each copy of a repeat left out of its score: a model has to read a
+#: few bytes of a stretch before it can tell which earlier stretch it repeats.
+REPEAT_SKIP = 8
+#: Bins of the distance (bytes from the earlier copy's start to the later one's) the repeat
+#: test reports; the first two fit in chapter 11's training length of 256 bytes.
+REPEAT_DISTANCES = ((32, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048))
+#: Bins of the offset (bytes from the start of the copy) of the per-offset repeat curve.
+REPEAT_OFFSETS = ((0, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64), (64, 1 << 30))
+
+
+@torch.no_grad()
+def token_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) -> torch.Tensor:
+    """Bits of every target of the windows ``x`` -> ``y`` (each ``(N, T)``), as a float64
+    tensor ``(N, T)``; :func:`position_bits` is its mean over the windows. Eval mode."""
+    check_instance(model, "model", GPT)
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.dim() != 2 \
+            or x.shape != y.shape or x.shape[1] > model.config.block_size:
+        raise ValueError(f"x and y must be (N, T) tensors of one shape with T <= block_size="
+                         f"{model.config.block_size}, got {tuple(getattr(x, 'shape', ()))} and "
+                         f"{tuple(getattr(y, 'shape', ()))}")
+    check_int(batch, "batch", 1)
+    was_training = model.training
+    model.eval()
+    try:
+        out = [F.cross_entropy(model(x[s:s + batch]).transpose(1, 2), y[s:s + batch],
+                               reduction="none").double() for s in range(0, x.shape[0], batch)]
+    finally:
+        model.train(was_training)
+    bits = torch.cat(out) * _BITS
+    if not torch.isfinite(bits).all():
+        raise ValueError("the model's loss is not finite on these windows")
+    return bits
+
+
+def repeat_lengths(repeats: Sequence[_text.Repeat], lengths: Sequence[int]) -> dict[int, list]:
+    """Each repeat under the shortest of ``lengths`` that holds both its copies (``r.span <=
+    length``): ``{length: [repeats]}`` for every length, in order. A repeat that fits none is
+    left out. Scoring each at the shortest length that holds it keeps the cost down, and the
+    first and second copy of one repeat always share their window length."""
+    lengths = sorted(check_int(n, "length", 1) for n in lengths)
+    out: dict[int, list] = {n: [] for n in lengths}
+    for r in repeats:
+        fit = next((n for n in lengths if r.span <= n), None)
+        if fit is not None:
+            out[fit].append(r)
+    return out
+
+
+def repeat_windows(stream: torch.Tensor, repeats: Sequence[_text.Repeat], length: int,
+                   copy: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windows ``(x, y)`` of ``length`` bytes of ``stream``, one per repeat, whose last target is
+    the last byte of the repeat's ``copy`` (``"first"`` or ``"second"``). The copy's bytes are
+    then the last ``r.length`` targets of its window; for the second copy the window holds the
+    whole first copy when ``r.span <= length``. Every repeat's copy must end at least
+    ``length`` bytes into the stream (the window must not start before it)."""
+    check_choice(copy, "copy", ("first", "second"))
+    length = check_int(length, "length", 1)
+    if not repeats:
+        raise ValueError("repeats must not be empty")
+    ends = []
+    for r in repeats:
+        if not isinstance(r, _text.Repeat):
+            raise ValueError(f"repeats must be corpus.Repeat values, got {type(r).__name__}")
+        end = (r.first if copy == "first" else r.second) + r.length  # one past its last byte
+        if end - 1 - length < 0 or end > stream.numel():
+            raise ValueError(f"a window of {length} bytes ending at byte {end - 1} does not fit "
+                             f"in the stream of {stream.numel()} bytes")
+        ends.append(end)
+    rows = torch.stack([stream[e - 1 - length:e].long() for e in ends])
+    return rows[:, :-1], rows[:, 1:]
+
+
+def repeat_bits(model: GPT, stream: torch.Tensor, repeats: Sequence[_text.Repeat],
+                length: int) -> dict[str, list[torch.Tensor]] | None:
+    """The model's bits on every byte of each repeat, read the first and the second time:
+    ``{"first": [...], "second": [...]}``, one float64 tensor of ``r.length`` bits per repeat
+    (offset 0 is the copy's first byte). Both copies are scored in windows of ``length`` bytes
+    ending on the copy's last byte (:func:`repeat_windows`), so they sit at the same positions
+    and only what came before them differs: for the second copy, the first one (when it fits,
+    ``r.span <= length``). ``None`` when ``length`` exceeds the model's ``block_size``."""
+    check_instance(model, "model", GPT)
+    if length > model.config.block_size:
+        return None
+    out = {}
+    for copy in ("first", "second"):
+        bits = token_bits(model, *repeat_windows(stream, repeats, length, copy))
+        out[copy] = [bits[i, length - r.length:] for i, r in enumerate(repeats)]
+    return out
+
+
+def repeat_record(bits: Mapping[str, Sequence[torch.Tensor]] | None,
+                  repeats: Sequence[_text.Repeat], length: int, skip: int = REPEAT_SKIP) -> dict | None:
+    """:func:`repeat_bits` summarised for a results file (``None`` stays ``None``): over the
+    repeats that fit in ``length`` (``span <= length``), per bin of :data:`REPEAT_DISTANCES`
+    the number of repeats ``n``, of bytes scored ``bytes`` (offsets from ``skip`` on) and the
+    mean bits on them the ``first`` and the ``second`` time; and per bin of
+    :data:`REPEAT_OFFSETS` the same means over every repeat that fits (``offset_first``,
+    ``offset_second``, ``offset_bytes``). Means are 5 significant digits; empty bins ``None``."""
+    if bits is None:
+        return None
+    skip = check_int(skip, "skip", 0)
+    fits = [i for i, r in enumerate(repeats) if r.span <= length]
+
+    def mean(copy, picks):
+        values = [v for i, lo, hi in picks for v in bits[copy][i][lo:hi].tolist()]
+        return (_round(math.fsum(values) / len(values)), len(values)) if values else (None, 0)
+
+    out = {"n": [], "bytes": [], "first": [], "second": []}
+    for lo, hi in REPEAT_DISTANCES:
+        picks = [(i, skip, None) for i in fits if lo <= repeats[i].distance < hi]
+        first, n_bytes = mean("first", picks)
+        out["n"].append(len(picks))
+        out["bytes"].append(n_bytes)
+        out["first"].append(first)
+        out["second"].append(mean("second", picks)[0])
+    for key in ("offset_first", "offset_second", "offset_bytes"):
+        out[key] = []
+    for lo, hi in REPEAT_OFFSETS:
+        picks = [(i, lo, hi) for i in fits]
+        first, n_bytes = mean("first", picks)
+        out["offset_first"].append(first)
+        out["offset_second"].append(mean("second", picks)[0])
+        out["offset_bytes"].append(n_bytes)
+    return out
 
 
 def evaluate(model: GPT, windows: tuple[torch.Tensor, torch.Tensor],

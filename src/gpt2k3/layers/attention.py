@@ -51,3 +51,48 @@ class CausalSelfAttention(nn.Module):
         y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
+
+
+# Imported here rather than at the top so that the lines of GPT-2's layer above, which
+# chapter 1 shows with their line numbers, stay where they are.
+from gpt2k3.checks import check_finite_number  # noqa: E402
+from gpt2k3.layers.mla import apply_rope  # noqa: E402
+
+
+class RotaryCausalSelfAttention(CausalSelfAttention):
+    """:class:`CausalSelfAttention` with rotary position embeddings (RoPE): every head's queries
+    and keys are rotated by their positions before the scores, so a score depends on how far
+    apart two positions are, not on where they are (Su et al., 2021). The attention of the
+    Llama-style "Transformer++" baseline, which needs no position table.
+
+    The rotation is :func:`gpt2k3.layers.mla.apply_rope` in the "rotate half" pairing of Llama
+    and Hugging Face (``interleave=False``), pair ``i`` of a head turned by ``position *
+    rope_theta ** (-2 i / head_dim)``. The cache stores rotated keys, so a decode step rotates
+    only the new query and key, at positions from ``cache.length``. A deliberate second forward:
+    GPT-2's, with the two lines that rotate ``q`` and ``k`` added (chapter 11 shows the diff);
+    GPT-2's own layer is left exactly as it is.
+    """
+
+    def __init__(self, config: GPTConfig, rope_theta: float = 10000.0):
+        super().__init__(config)
+        if config.head_dim % 2:
+            raise ValueError(f"RoPE rotates pairs of dimensions: head_dim must be even, got "
+                             f"{config.head_dim}")
+        self.rope_theta = check_finite_number(rope_theta, "rope_theta", 1)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
+        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):  # a host check
+            raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
+                             f"concat_cache), got {type(cache).__name__}")
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        past = cache.length if cache is not None else 0  # rotate by position, from the cache's end
+        q, k = (apply_rope(t, torch.arange(past, past + T), self.rope_theta, interleave=False)
+                for t in (q, k))
+        if cache is not None:  # write this chunk; attend over everything cached so far
+            k, v = cache.extend(k, v)
+        y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
+        return self.resid_dropout(self.c_proj(y))
