@@ -56,10 +56,6 @@ PENDING: dict[str, str] = {}
 
 #: Exact phrases a notebook may keep, with the reason each is not data.
 NOTEBOOK_ALLOW: dict[str, dict[str, str]] = {
-    "03_linear_attention": {
-        "about 4,000×": "Katharopoulos et al. (2020)'s own headline speed-up, quoted with its citation",
-        "3,072 pixels": "the length of a CIFAR-10 image in that paper's benchmark (32 x 32 x 3), quoted",
-    },
     "09_k3_accounting": {
         "2.78 trillion parameters": "the chapter title quotes the Kimi K3 report's Table 1 total; a heading "
                                     "holds no glue role, the text glues it (pub_total_t) with its citation, "
