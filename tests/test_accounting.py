@@ -772,3 +772,28 @@ def test_plan_roofline_reads_the_busiest_devices_experts():
     assert got.bytes_per_step > experts + kv_cache_bytes(s, n_ctx) + 0.9 * shared
     mean = s.n_moe_layers * plan.experts_per_device * s.top_k / s.n_routed_experts
     assert busiest * s.n_moe_layers > 5 * mean
+
+
+def test_plan_roofline_parts_split_the_state_by_head_and_the_latent_not():
+    """Chapter 9's batch-1 breakdown: the busiest device reads the whole MLA latent but only
+    its 1/tp share of the KDA state (twice: read and written back); what is left beside the
+    experts is its 1/tp share of the always-read weights, written out here from W(1)."""
+    from gpt2k3.accounting.decode import _weights_read_per_step
+    from gpt2k3.accounting.experts import expected_busiest_experts
+    from gpt2k3.archs import KIMI_K3
+    s, n_ctx, tp = KIMI_K3, 1 << 20, 8
+    plan = serving_plan(s, n_ctx, 1, tp=tp)
+    step = plan_roofline(s, plan, n_ctx, 1)
+    parts = step.bytes_by_part
+    assert set(parts) == {"shared weights", "routed experts", "cache", "state"}
+    assert sum(parts.values()) == pytest.approx(step.bytes_per_step, rel=1e-12)
+    assert parts["cache"] == kv_cache_bytes(s, n_ctx)                  # the latent, whole
+    assert s.kda_n_head % tp == 0
+    assert parts["state"] == pytest.approx(2 * state_bytes(s) / tp, rel=1e-12)
+    always = _weights_read_per_step(s, 1) - s.n_moe_layers * s.top_k * s.expert_params
+    assert parts["shared weights"] == pytest.approx(always * 2 / tp, rel=1e-12)
+    busiest = expected_busiest_experts(s, 1, plan.n_devices)
+    assert parts["routed experts"] == pytest.approx(
+        s.n_moe_layers * busiest * s.expert_params * 2, rel=1e-12)
+    # the roofline of a plain call carries no breakdown
+    assert roofline(s, n_ctx, 1).bytes_by_part is None

@@ -31,6 +31,16 @@ def test_12_1_a_deeper_k3_runs_the_same_program(traces):
     assert deeper["same"] and deeper["new"] == deeper["gone"] == []
     assert deeper["schedule"] == ("kda", "kda", "kda", "mla")
     assert deeper["params"] > 1.5 * deeper["chapter_params"]
+    # Kimi K3 deepened as much, as chapter 9's explorer counts it at that depth
+    from gpt2k3.accounting import count_params
+    from gpt2k3.book.widgets.k3 import spec_from_controls
+    assert deeper["k3_n_layer"] == 2 * KIMI_K3.n_layer
+    explorer = spec_from_controls(KIMI_K3, {"n_layer": deeper["k3_n_layer"]}, 3)
+    assert deeper["k3_params"] == count_params(explorer).total
+    assert deeper["k3_chapter_params"] == count_params(KIMI_K3).total
+    # more than double: one dense layer stays one, the MoE layers go from 92 to 185
+    assert (deeper["k3_chapter_moe_layers"], deeper["k3_moe_layers"]) == (92, 185)
+    assert 2 < deeper["k3_params"] / deeper["k3_chapter_params"] < 185 / 92
 
 
 def test_12_2_latent_cache_meets_the_state(traces):

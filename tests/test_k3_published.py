@@ -542,3 +542,55 @@ def test_quoted_conventions_and_the_counts_beside_them():
     assert "theoretical" in c["where"] and "Figure 7(b)" in c["where"]
     # the RULER figure exceeds even the ratio of the caches: no equal-batch reading reaches it
     assert KIMI_LINEAR_48B.n_layer / KIMI_LINEAR_48B.n_attention_layers < c["ruler_speedup"]
+
+
+def test_flashmla_rule_and_the_h200_thresholds():
+    """FlashMLA's compute-bound rule, quoted with its numbers (the deep-dive's 865 TFLOP/s
+    throttled peak and 3.35 TB/s, giving 128 heads), and the same rule on an H200 as chapter 9
+    applies it: 103 heads at the datasheet's peak, 90 with the H800's throttling assumed."""
+    from gpt2k3.accounting import FLASHMLA_H800 as fm, H200, mla_decode_costs
+
+    for key, text in (("bandwidth", "3.35 TB/s"), ("peak_flops", "990 TFlops"),
+                      ("throttled_flops", "~865 TFlops")):
+        assert text in fm["peak_quote"], key
+    assert "\\frac{865}{3.35} = 128" in fm["rule_quote"]
+    assert "3000 GB/s" in fm["achieved_quote"] and "660 TFLOPS" in fm["achieved_quote"]
+    assert (fm["bandwidth"], fm["peak_flops"], fm["throttled_flops"]) == (3.35e12, 990e12, 865e12)
+    assert abs(fm["throttled_flops"] / fm["bandwidth"] / 2 - fm["heads"]) < 2   # 129.1, given as 128
+    assert round(100 * fm["achieved_flops"] / fm["peak_flops"]) == 67
+    throttle = fm["throttled_flops"] / fm["peak_flops"]
+    assert round(H200.ridge / 2) == 103 and round(throttle * H200.ridge / 2) == 90
+    # K3's 96 heads lie between the two; its exact intensity sits on the throttled ridge
+    a = mla_decode_costs(KIMI_K3)["absorbed"]
+    intensity = a["flops"] / (2 * a["numbers"])
+    assert intensity == pytest.approx(96 * (512 + 576) / 576)
+    assert throttle * H200.ridge / 2 < KIMI_K3.n_head < H200.ridge / 2
+    assert abs(intensity / (throttle * H200.ridge) - 1) < 0.01 < 1 - intensity / H200.ridge
+
+
+def test_the_model_card_rounds_the_report():
+    pub = PUBLISHED["Kimi K3"]
+    assert round(pub["total"] / 1e12, 1) == pub["card_total"] / 1e12 == 2.8
+    assert round(pub["active"] / 1e9) == pub["card_active"] / 1e9 == 104
+
+
+def test_the_scale_step_keeps_k3s_heads_and_both_mha_baselines():
+    """Chapter 9's walk scales GPT-2 with K3's 96 heads of 128 (12,288 wide, not d_model);
+    its MLA step is 42.7x against that MHA, 53.3x against chapter 7's convention (the same
+    heads with MLA's 192-dimensional keys)."""
+    from gpt2k3.accounting import kv_numbers_per_token
+    from gpt2k3.accounting.memory import mla_cache_variants
+    from gpt2k3.archs import gpt2_to_k3_steps
+
+    steps = {change: spec for change, _, spec in gpt2_to_k3_steps()}
+    scale, mla = steps["scale"], steps["attention"]
+    assert (scale.n_head, scale.head_dim) == (96, 128) and scale.n_head * scale.head_dim == 12_288
+    assert scale.d_model == 7168 and scale.d_model % scale.n_head != 0
+    assert kv_numbers_per_token(scale) == 93 * 2 * 96 * 128 == 2_285_568
+    assert kv_numbers_per_token(mla) == 93 * 576
+    same_heads = mla_cache_variants(mla)["MHA, same heads"]
+    assert same_heads == 96 * (128 + 64 + 128)
+    assert round(kv_numbers_per_token(scale) / kv_numbers_per_token(mla), 1) == 42.7
+    assert round(same_heads / 576, 1) == 53.3
+    what = dict((c, w) for c, w, _ in gpt2_to_k3_steps())
+    assert "96 heads of 128" in what["scale"] and "12,288" in what["scale"]

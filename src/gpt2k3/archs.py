@@ -283,7 +283,7 @@ PUBLISHED = {
                           "activated")},
     "Kimi Linear 48B-A3B": {"total": 48e9, "active": 3e9,
                             "where": "Kimi Linear report and model name (48B-A3B)"},
-    "Kimi K3": {"total": 2.78e12, "active": 104.2e9,
+    "Kimi K3": {"total": 2.78e12, "active": 104.2e9, "card_total": 2.8e12, "card_active": 104e9,
                 "where": ("Kimi K3 technical report (arXiv:2607.24653), Table 1; the "
                           "moonshotai/Kimi-K3 model card rounds to 2.8T / 104B")},
 }
@@ -364,7 +364,9 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
 
     Returns ``(change, what it does, spec after it)``: first GPT-2 small, then GPT-2's
     architecture at K3's sizes (learned positions for a million tokens, LayerNorm with
-    biases, a tied head, a GELU MLP four times as wide, MHA with K3's 96 heads of 128), then
+    biases, a tied head, a GELU MLP four times as wide, MHA with K3's 96 heads of 128 for
+    keys, queries and values alike: an attention width of 12,288, where GPT-2 makes heads
+    times head width equal to the model width; K3's 7,168 does not divide into 96 heads), then
     the changes chapters 2 to 7 built (positions, norms, head, SwiGLU, MLA, the KDA hybrid,
     the mixture of experts) and the five chapter 8 added (latent experts, output gates, the
     bounded decay, SiTU-GLU, Attention Residuals).  The last spec has exactly ``KIMI_K3``'s
@@ -398,12 +400,14 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
                           attn_res_block_size=k3.attn_res_block_size, vision=k3.vision)
     return [
         ("GPT-2 small", "the 2019 baseline", GPT2_SMALL),
-        ("scale", "K3's width, depth, heads, vocabulary, context", gpt2_big),
+        ("scale", f"K3's width, depth, vocabulary, context; MHA with K3's {k3.n_head} heads of "
+                  f"{k3.v_head_dim} (attention width {k3.n_head * k3.v_head_dim:,})", gpt2_big),
         ("position encoding", "learned table → none (NoPE)", positions),
         ("normalisation", "LayerNorm, biases → RMSNorm, none", norms),
         ("head", "tied → untied", head),
         ("activation", "GELU MLP (4d) → SwiGLU", swiglu),
-        ("attention", "MHA → MLA", mla),
+        ("attention", f"MHA → MLA (keys of {k3.qk_nope_head_dim} + {k3.qk_rope_head_dim} "
+                      f"per head)", mla),
         ("mixer", "MLA everywhere → 3 KDA : 1 MLA", hybrid),
         ("FFN → MoE", f"dense → {k3.n_routed_experts:,} experts, top-{k3.top_k}, "
                       f"{k3.n_shared_experts} shared", moe),

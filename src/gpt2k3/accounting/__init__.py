@@ -63,7 +63,8 @@ scales and such buffers included.
 Hardware, memory and time (chapter 9)
 -------------------------------------
 :class:`Hardware` describes an accelerator: :data:`H200` holds NVIDIA's datasheet figures,
-:data:`H200_MEASURED` the bandwidth measured on one, and :data:`H200_BAND` pairs them.
+:data:`H200_MEASURED` the bandwidth measured on one, and :data:`H200_BAND` pairs them;
+:data:`FLASHMLA_H800` quotes FlashMLA's compute-bound rule for MLA decoding and its peak.
 :func:`serving_memory`, :func:`devices_needed` and :func:`max_batch` say what fits;
 :func:`roofline` turns bytes (:func:`decode_bytes`, the one bytes-per-step model, with the
 experts a batch wakes up) and FLOPs into a lower bound on the time of a decode step, and
@@ -88,8 +89,8 @@ from gpt2k3.accounting.decode import (CacheTraffic, DecodeBytes, cache_bound_con
     decode_bytes_per_token, decode_cache_traffic, expected_distinct_experts,
     weight_and_cache_bytes, weights_cache_crossing, weights_read_per_step)
 from gpt2k3.accounting.flops import flops_per_token, mla_decode_costs
-from gpt2k3.accounting.hardware import (H200, H200_BAND, H200_DATASHEET, H200_MEASURED,
-    H200_MEASUREMENTS, Hardware)
+from gpt2k3.accounting.hardware import (FLASHMLA_H800, H200, H200_BAND, H200_DATASHEET,
+    H200_MEASURED, H200_MEASUREMENTS, Hardware)
 from gpt2k3.accounting.memory import (hybrid_cache_bytes, kv_cache_bytes, kv_numbers_per_layer,
     kv_numbers_per_token, memory_per_sequence, mixer_state_numbers, mla_cache_variants,
     state_bytes, state_numbers_per_layer)
@@ -125,6 +126,7 @@ __all__ = [
     "flops_per_token", "mla_decode_costs",
     # hardware, the roofline and serving plans
     "Hardware", "H200", "H200_MEASURED", "H200_BAND", "H200_DATASHEET", "H200_MEASUREMENTS",
+    "FLASHMLA_H800",
     "serving_memory", "devices_needed", "max_batch", "Roofline", "roofline", "roofline_band",
     "hybrid_speedups", "ServingPlan", "serving_plan", "plan_roofline", "WEIGHT_FORMATS",
     "weight_format", "tpot_readings", "expected_busiest_experts",

@@ -20,7 +20,7 @@ from gpt2k3.checks import check_bytes, check_positive_number, is_int
 
 
 __all__ = ["Hardware", "H200", "H200_MEASURED", "H200_BAND", "H200_DATASHEET",
-           "H200_MEASUREMENTS"]
+           "H200_MEASUREMENTS", "FLASHMLA_H800"]
 
 
 @dataclass(frozen=True)
@@ -100,3 +100,25 @@ H200_MEASURED = H200.with_(
 
 #: The sensitivity band of the roofline: datasheet (fast end) and measured (slow end).
 H200_BAND = {"datasheet": H200, "measured": H200_MEASURED}
+
+
+#: FlashMLA's rule for when MLA decoding is compute-bound, and what its dense decoding kernel
+#: reached, quoted from github.com/deepseek-ai/FlashMLA (commit 9241ae3, 2026-04-29):
+#: ``docs/20250422-new-kernel-deep-dive.md``, "A Theoretical Analysis of the MLA Algorithm",
+#: and the README's "Performance".  Their intensity is ``h_q s_q (d_k + d_v) / d_k``, taken as
+#: about ``2 h_q s_q``, so the rule reads "compute-bound once ``h_q s_q`` reaches half the
+#: ridge", the ridge computed with the throttled peak, not the datasheet's.
+FLASHMLA_H800 = {
+    "peak_quote": ("An NVIDIA H800 SXM5 GPU has a peak memory bandwidth of 3.35 TB/s and peak "
+                   "FLOPs of 990 TFlops. However, due to throttling (reducing to ~1600 MHz in our "
+                   "case), the practical peak FLOPs drops to ~865 TFlops."),
+    "rule_quote": ("Therefore, when $h_qs_q \\ge \\frac{1}{2} \\cdot \\frac{865}{3.35} = 128$, "
+                   "the kernel is compute-bound; otherwise, it's memory-bound."),
+    "bandwidth": 3.35e12, "peak_flops": 990e12, "throttled_flops": 865e12, "heads": 128,
+    "achieved_quote": ("The dense MLA decoding kernel achieves up to 3000 GB/s in memory-bound "
+                       "configuration and 660 TFLOPS in computation-bound configuration on H800 "
+                       "SXM5 with CUDA 12.8."),
+    "achieved_bandwidth": 3000e9, "achieved_flops": 660e12,
+    "where": ("github.com/deepseek-ai/FlashMLA: docs/20250422-new-kernel-deep-dive.md (the rule) "
+              "and README.md, Performance (what the kernel achieves)"),
+}

@@ -298,6 +298,7 @@ def a_log_readings(spec: ArchSpec, a_log_stored: int) -> dict[str, dict[str, int
     ``a_log_stored == kda_head_dim``.  Each reading gives ``"stored"`` (the same for both),
     ``"used"`` and ``"unused"``; :func:`count_params` counts ``"per head"``.
     """
+    check_spec(spec)
     if not is_int(a_log_stored) or a_log_stored < max(spec.kda_n_head, spec.kda_head_dim):
         raise ValueError(f"a_log_stored must be an int >= kda_n_head ({spec.kda_n_head}) and "
                          f">= kda_head_dim ({spec.kda_head_dim}), got {a_log_stored!r}")

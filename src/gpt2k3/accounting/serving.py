@@ -24,7 +24,7 @@ and the step time over the batch, the inverse of throughput (``Roofline.per_toke
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpt2k3.accounting.decode import (
     _decode_bytes,
@@ -182,7 +182,8 @@ class Roofline:
 
     ``bytes_per_step`` and ``flops_per_step`` are for the whole batch; ``memory_s`` and
     ``compute_s`` the times to move and to compute them on ``n_devices`` devices working in
-    perfect parallel.  The step takes the larger of the two.
+    perfect parallel.  The step takes the larger of the two.  ``bytes_by_part``, where given
+    (:func:`plan_roofline`), splits ``bytes_per_step`` into what it is made of.
     """
 
     batch: int
@@ -191,6 +192,7 @@ class Roofline:
     flops_per_step: float
     memory_s: float
     compute_s: float
+    bytes_by_part: dict[str, float] | None = field(default=None, compare=False)
 
     @property
     def step_s(self) -> float:
@@ -515,7 +517,10 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     and does the matching FLOPs (attention split by head; the expert FLOPs are the device's
     mean share, since a step at these batches is memory-bound).  The returned :class:`Roofline`
     describes that device (``n_devices=1``); its ``step_s`` is the step time of the whole
-    deployment and ``per_token_s`` divides it by ``batch``.  Communication is still ignored.
+    deployment and ``per_token_s`` divides it by ``batch``.  Its ``bytes_by_part`` holds the
+    four parts of ``bytes_per_step``: ``"shared weights"`` (the device's share of the
+    always-read weights), ``"routed experts"``, ``"cache"`` and ``"state"`` (its share, read
+    and written back).  Communication is still ignored.
     """
     check_spec(spec)
     check_nonnegative_int(context_len, "context_len")
@@ -547,7 +552,9 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     shared_read = _weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
     busiest = _busiest_experts(spec.n_routed_experts, spec.top_k, batch, n) if spec.is_moe else 0.0
     experts_read = busiest * expert_layers
-    moved = shared_read * weight_bytes / tp + experts_read + seqs * (cache + 2 * state)
+    parts = {"shared weights": shared_read * weight_bytes / tp, "routed experts": experts_read,
+             "cache": seqs * cache, "state": seqs * 2 * state}   # by _plan_sizes' shares
+    moved = sum(parts.values())
     # FLOPs: the group's tokens through the shared matmuls (split tp ways), the device's share
     # of all tokens' expert work, and attention / state updates split by head.
     routed_active = c.active_detail["routed experts"]
@@ -559,4 +566,5 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     mixing = _flops_per_token(spec, context_len, mla_absorbed) - 2 * c.matmul_active
     flops = shared_flops + expert_flops + seqs * mixing / tp
     return Roofline(batch=batch, n_devices=1, bytes_per_step=moved, flops_per_step=flops,
-                    memory_s=moved / hardware.bandwidth, compute_s=flops / hardware.peak_flops)
+                    memory_s=moved / hardware.bandwidth, compute_s=flops / hardware.peak_flops,
+                    bytes_by_part=parts)

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-from gpt2k3.accounting import kv_numbers_per_layer, state_numbers_per_layer
+from gpt2k3.accounting import (count_params, hybrid_spec, kv_numbers_per_layer,
+                               state_numbers_per_layer)
 from gpt2k3.archs import KIMI_K3
 from gpt2k3.book.reading import Piece, trace
 from gpt2k3.config import GPTConfig
@@ -26,7 +27,9 @@ def _names(pieces: Sequence[Piece], validation: bool = False) -> set[str]:
 def deeper_k3(config: GPTConfig, prompt: torch.Tensor, k3_pieces: Sequence[Piece],
               n_layer: int = 4) -> dict:
     """Trace the same prefill and decode step through a tiny K3 ``n_layer`` layers deep and
-    compare its pieces with the chapter's (``k3_pieces``, from ``config``'s depth)."""
+    compare its pieces with the chapter's (``k3_pieces``, from ``config``'s depth).  Beside it,
+    Kimi K3 deepened by the same factor with its 3:1 schedule, as chapter 9's explorer counts
+    it when its depth is set (``k3_n_layer``, ``k3_params`` against ``KIMI_K3``'s)."""
     deeper = GPTConfig(block_size=config.block_size, vocab_size=config.vocab_size,
                        n_layer=n_layer, n_head=config.n_head, n_embd=config.n_embd)
     model = tiny_k3(deeper)
@@ -35,7 +38,16 @@ def deeper_k3(config: GPTConfig, prompt: torch.Tensor, k3_pieces: Sequence[Piece
     return {"n_layer": n_layer, "schedule": model.schedule,
             "units": len(ours), "chapter_units": len(theirs),
             "same": ours == theirs, "new": sorted(ours - theirs), "gone": sorted(theirs - ours),
-            "params": model.num_params(), "chapter_params": tiny_k3(config).num_params()}
+            "params": model.num_params(), "chapter_params": tiny_k3(config).num_params(),
+            **_k3_deepened(n_layer / config.n_layer)}
+
+
+def _k3_deepened(factor: float) -> dict:
+    n = round(KIMI_K3.n_layer * factor)
+    deep = hybrid_spec(KIMI_K3.with_(kda_layers=(), n_layer=n), 3)
+    return {"k3_n_layer": n, "k3_params": count_params(deep).total,
+            "k3_chapter_params": count_params(KIMI_K3).total,
+            "k3_moe_layers": deep.n_moe_layers, "k3_chapter_moe_layers": KIMI_K3.n_moe_layers}
 
 
 # ---------------------------------------------------------------------------- 12.2 derive
