@@ -3,6 +3,7 @@
     nohup nice -n 10 python benchmarks/text_lm.py --threads 1 > text_lm.log 2>&1 &   # the chapter's run
     python benchmarks/text_lm.py --preset quick      # a smoke run (minutes), written to text_lm_quick.json
     python benchmarks/text_lm.py --preset short      # the earlier 300-step run (text_lm.json + the shipped GPT-2)
+    python benchmarks/text_lm.py --preset plateau    # GPT-2's plateau: what shortens it (text_lm_plateau.json)
 
 For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2, Transformer++, softmax and
 linear attention behind a short convolution, DeltaNet, Gated DeltaNet, KDA, the 3:1 KDA:softmax
@@ -26,6 +27,12 @@ only the missing ones, so the benchmark can span several sittings. A restart wit
 is refused (move the file away, or ``--redo`` some models). Each run records the machine, the
 commit and the uncommitted files of ``src/`` and ``benchmarks/``, its start and end times, its
 wall time and the load average (``os.getloadavg``) before and after it.
+
+**GPT-2's plateau** (preset ``plateau``): GPT-2 of seed 0 at the earlier budget of 300 steps as
+published and with one change each (another initialisation, an untied head, a sinusoidal start
+of the position table, no warm-up, a lower and a higher learning rate), and as published for
+1,200 steps; at every point of the validation curve it records how much each layer's attention
+looks at the previous byte, by position (:func:`gpt2k3.experiments.text_lm.previous_byte_attention`).
 
 Writes ``benchmarks/results/<preset's file>``; the ``short`` preset also writes the shipped
 checkpoint ``src/gpt2k3/checkpoints/text_gpt2.pt`` (from its GPT-2 of seed 0). Run
@@ -330,11 +337,69 @@ def ship_gpt2(run, record: dict, sample_args: dict) -> dict:
             "dtype": "float32", "sample": record["sample"]}
 
 
+# ------------------------------------------------------------------ GPT-2's plateau
+#: The changes the plateau preset tries, each against GPT-2 as published: ``(name, start,
+#: training settings changed)``.
+PLATEAU = (("published", None, {}), ("fan_in", "fan_in", {}), ("untied", "untied", {}),
+           ("sinusoid", "sinusoid", {}), ("no_warmup", None, {"warmup": 0}),
+           ("lr_1e-3", None, {"lr": 1e-3}), ("lr_1e-2", None, {"lr": 1e-2}),
+           ("published_1200", None, {"steps": 1200, "warmup": 120, "eval_every": 50}))
+#: Position bins of the previous-byte attention.
+ATTENTION_BINS = ((1, 4), (4, 16), (16, 64), (64, 256))
+
+
+def plateau(path: Path, train: torch.Tensor, val: torch.Tensor, command: str) -> Path:
+    """The plateau preset (see the module docstring); resumable like the others."""
+    model = TextModelConfig()
+    base = TextTrainConfig(eval_every=25)
+    x, _ = corpus.eval_windows(val, model.context, 16)
+    head = {"benchmark": "text_lm_plateau", "command": command,
+            "machine": {**machine(), "niceness": _niceness()},
+            "config": {"model": asdict(model), "train": asdict(base), "seed": 0,
+                       "variants": [[n, s, c] for n, s, c in PLATEAU],
+                       "attention_bins": [list(b) for b in ATTENTION_BINS],
+                       "uniform": text_lm.uniform_previous_byte(ATTENTION_BINS),
+                       "attention_windows": [16, model.context]},
+            "baselines": {"bigram": round(corpus.ngram_bits(train, val, 2), 4),
+                          "trigram": round(corpus.ngram_bits(train, val, 3), 4)}}
+    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    for name, start, change in PLATEAU:
+        if any(r["variant"] == name for r in runs):
+            continue
+        cfg = replace(base, **change)
+        held, attention = [], []
+
+        def keep(net):
+            held.append(net)
+            if start is not None:
+                text_lm.GPT2_STARTS[start](net)
+            look(-1, None)  # before the first step
+
+        def look(step, _bits):  # after the steps the validation curve is scored at
+            if step + 1 in cfg.curve_steps():
+                attention.append({"step": step + 1, "layers": [
+                    [round(v, 4) for v in layer]
+                    for layer in text_lm.previous_byte_attention(held[0], x, ATTENTION_BINS)]})
+
+        run, where = timed(lambda: text_lm.train("softmax", (train, val), model, cfg, seed=0,
+                                                 threads=None, start=keep, callback=look))
+        runs.append({"variant": name, "start": start, "change": change, "steps": cfg.steps,
+                     "val_bits": text_lm._round(run.val_bits),
+                     "curve": [{"step": s, "bits": text_lm._round(b)} for s, b in run.curve],
+                     "attention": attention, "params": run.params, "machine": where})
+        write_atomically(path, {**head, "runs": runs,
+                                "complete": len(runs) == len(PLATEAU)})
+        print(f"plateau {name}: {run.val_bits:.4f} bits/byte after {cfg.steps} steps; "
+              f"{where['wall_seconds']:.0f} s", flush=True)
+    write_atomically(path, {**head, "runs": runs, "complete": len(runs) == len(PLATEAU)})
+    return path
+
+
 # ------------------------------------------------------------------ the loop
 def main(argv=None) -> Path:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     presets = _presets()
-    p.add_argument("--preset", default="chapter", choices=sorted(presets))
+    p.add_argument("--preset", default="chapter", choices=sorted(presets) + ["plateau"])
     p.add_argument("--mixers", help="comma-separated subset of the preset's models (a new file only)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: as fast for models this small, and on a shared "
@@ -348,6 +413,12 @@ def main(argv=None) -> Path:
                         "results file (seconds; no training)")
     args = p.parse_args(argv)
     name = args.preset
+    command = " ".join(["python", "benchmarks/text_lm.py", *(argv if argv is not None else sys.argv[1:])])
+    if name == "plateau":
+        torch.set_num_threads(args.threads)
+        data = corpus.kjv_data()
+        return plateau(Path(args.out) if args.out else RESULTS / "text_lm_plateau.json",
+                       data.train, data.validation, command)
     plan = presets[name]
     if args.mixers:
         chosen = tuple(args.mixers.split(","))
@@ -356,7 +427,6 @@ def main(argv=None) -> Path:
         plan = replace(plan, mixers=chosen)
     torch.set_num_threads(args.threads)
     path = Path(args.out) if args.out else RESULTS / plan.out
-    command = " ".join(["python", "benchmarks/text_lm.py", *(argv if argv is not None else sys.argv[1:])])
 
     if args.text:
         train, val, description = text_file_data(Path(args.text))

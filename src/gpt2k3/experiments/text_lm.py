@@ -77,6 +77,7 @@ from gpt2k3.experiments.train import (
 from gpt2k3.layers import deltanet as delta
 from gpt2k3.layers.attention import CausalSelfAttention, RotaryCausalSelfAttention
 from gpt2k3.layers.linear_attention import LinearAttention
+from gpt2k3.layers.mla import apply_rope
 from gpt2k3.layers.mlp import MLP, SwiGLU
 from gpt2k3.layers.norms import RMSNorm
 from gpt2k3.model import GPT
@@ -84,6 +85,7 @@ from gpt2k3.models.hybrid import hybrid_mixer, hybrid_schedule
 from gpt2k3.models.k3 import tiny_k3
 
 __all__ = ["eval_ngram_baselines", "REPEAT_SKIP", "REPEAT_DISTANCES", "REPEAT_OFFSETS",
+           "GPT2_STARTS", "previous_byte_attention", "uniform_previous_byte",
            "token_bits", "repeat_lengths", "repeat_windows", "repeat_bits", "repeat_record", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "PUBLISHED_SCALE", "scale_ratios"]
 
 #: The models compared in chapter 11, in the book's order.
@@ -375,6 +377,91 @@ def mixer_names(model: GPT) -> list[str]:
         return type(layer).__name__
 
     return [name(b.attn) for b in model.transformer.h]
+
+
+# ------------------------------------------------------------------ GPT-2's plateau
+def _fan_in_start(net: GPT) -> None:
+    """Every matrix drawn from ``N(0, 1 / fan_in)`` (the tied embedding with the head), the
+    residual projections ``c_proj`` scaled by ``1 / sqrt(2 n_layer)`` as GPT-2 scales its own:
+    weights about 4x larger than GPT-2's ``N(0, 0.02^2)`` at width 128."""
+    for name, module in net.named_modules():
+        if isinstance(module, nn.Linear):
+            scale = 1 / math.sqrt(2 * net.config.n_layer) if name.endswith("c_proj") else 1.0
+            nn.init.normal_(module.weight, 0.0, scale * module.in_features ** -0.5)
+
+
+def _untied_start(net: GPT) -> None:
+    """An input embedding of its own, drawn like GPT-2's, so the head no longer shares it."""
+    net.transformer.wte.weight = nn.Parameter(torch.empty_like(net.lm_head.weight).normal_(0.0, 0.02))
+
+
+def _sinusoid_start(net: GPT) -> None:
+    """The learned position table started as the original Transformer's sinusoids (still
+    learned), at GPT-2's scale (RMS 0.02): row ``t`` holds ``sin, cos(t / 10000^(2i/d))``, so
+    the row of ``t - 1`` is a fixed rotation of the row of ``t`` at every ``t``."""
+    table = net.transformer.wpe.weight
+    T, d = table.shape
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    angle = pos * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    rows = torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)[:, :d]
+    with torch.no_grad():
+        table.copy_((rows * 0.02 * math.sqrt(2)).to(table.dtype))
+
+
+#: Other starts of GPT-2 that chapter 11 tries against its plateau (each applied to a freshly
+#: built GPT-2 before training: :func:`train`'s ``start``).
+GPT2_STARTS = {"fan_in": _fan_in_start, "untied": _untied_start, "sinusoid": _sinusoid_start}
+
+
+@torch.no_grad()
+def previous_byte_attention(model: GPT, x: torch.Tensor, bins: Sequence[tuple[int, int]]) -> list[list[float]]:
+    """How much GPT-2's attention looks at the byte just before: for every layer and every
+    position bin ``[lo, hi)`` (``lo >= 1``), the largest over the heads of the mean attention
+    weight that a query at position ``t`` puts on position ``t - 1``, over the windows ``x``
+    ``(N, T)``. Uniform attention over the ``t + 1`` visible bytes gives
+    :func:`uniform_previous_byte`; a previous-byte head gives nearly 1. For models whose every
+    token mixer is :class:`CausalSelfAttention` (with or without RoPE)."""
+    check_instance(model, "model", GPT)
+    layers = [b.attn for b in model.transformer.h]
+    if not all(isinstance(a, CausalSelfAttention) for a in layers):
+        raise ValueError("model must mix tokens with CausalSelfAttention in every block")
+    bins = [(check_int(lo, "bins lo", 1), check_int(hi, "bins hi", 2)) for lo, hi in bins]
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or any(hi > x.shape[1] or lo >= hi for lo, hi in bins):
+        raise ValueError(f"x must be (N, T) token ids and bins 1 <= lo < hi <= T, got {bins}")
+    seen = []
+
+    def hook(attn, inputs, _):  # recompute the layer's attention weights from its input
+        h = inputs[0]
+        B, T, C = h.shape
+        q, k, _v = attn.c_attn(h).split(attn.n_embd, dim=2)
+        q, k = (t.view(B, T, attn.n_head, C // attn.n_head).transpose(1, 2) for t in (q, k))
+        if isinstance(attn, RotaryCausalSelfAttention):
+            q, k = (apply_rope(t, torch.arange(T), attn.rope_theta, interleave=False) for t in (q, k))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        seen.append(scores.masked_fill(mask, float("-inf")).softmax(-1))
+
+    handles = [a.register_forward_hook(hook) for a in layers]
+    was_training = model.training
+    try:
+        model.eval()
+        model(x)
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    out = []
+    for weights in seen:
+        t = torch.arange(x.shape[1])
+        prev = weights[:, :, t[1:], t[:-1]].mean(0)  # (H, T - 1): weight on t - 1, query t
+        out.append([float(prev[:, lo - 1:hi - 1].mean(1).max()) for lo, hi in bins])
+    return out
+
+
+def uniform_previous_byte(bins: Sequence[tuple[int, int]]) -> list[float]:
+    """What :func:`previous_byte_attention` gives for attention spread evenly over the ``t + 1``
+    visible bytes: the mean of ``1 / (t + 1)`` over each bin ``[lo, hi)``."""
+    return [math.fsum(1 / (t + 1) for t in range(lo, hi)) / (hi - lo) for lo, hi in bins]
 
 
 # ------------------------------------------------------------------ evaluation
@@ -724,7 +811,7 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
           config: TextTrainConfig = TextTrainConfig(), seed: int = 0,
           callback: Callable[[int, float], None] | None = None, until: int | None = None,
           threads: int | None = 1, final_eval: bool = True,
-          sample_args: Mapping | None = None) -> TextRun:
+          sample_args: Mapping | None = None, start: Callable[[GPT], None] | None = None) -> TextRun:
     """Train a fresh ``mixer`` model on ``data`` (a :class:`gpt2k3.experiments.corpus.KJVData`, or a
     ``(train, validation)`` pair of byte tensors) and evaluate it.
 
@@ -734,7 +821,8 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
     of a long run and its validation points there can be reproduced cheaply. With
     ``final_eval`` the model is scored at every length of ``model.lengths`` and its cache
     measured; ``sample_args`` (``prompt``, ``max_new_tokens``, ``temperature``, ``seed``) also
-    has it write a sample. ``threads`` sets torch's intra-op threads for the run (restored
+    has it write a sample. ``start(model)``, if given, changes the freshly built model before
+    training (under the seed's random state: :data:`GPT2_STARTS`). ``threads`` sets torch's intra-op threads for the run (restored
     afterwards; ``None`` leaves them): one by default, which on a shared CPU is as fast for
     models this small and does not spin-wait.
     """
@@ -746,10 +834,16 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
     n_steps = steps_to_run(config, until)
     if callback is not None and not callable(callback):
         raise ValueError("callback must be None or callable")
+    if start is not None and not callable(start):
+        raise ValueError("start must be None or a callable changing the built model")
     _text.eval_windows(val_data, model.max_context, config.eval_windows)  # checks the sizes
     with torch_threads(threads):
         sizes = matched_sizes(mixer, model)
         net = build_model(mixer, model, seed, sizes)
+        if start is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                start(net)
         gen = torch.Generator().manual_seed(seed * _BATCH_SEED_BASE + 7)
         curve_x, curve_y = _text.eval_windows(val_data, model.context, config.curve_windows)
         curve = []
