@@ -352,6 +352,8 @@ for _name in ("kv_numbers_per_layer", "kv_numbers_per_token", "state_numbers_per
 _acct("hybrid_spec", {"ratio": 3}, "KIMI_LINEAR_48B", ratio=st.one_of(st.integers(max_value=-1), st.just(1.5)))
 _acct("stored_elements", {}, group_size=_batch,
       expert_bits=st.one_of(st.integers(max_value=0), st.just(3.5), st.just("4")))
+_acct("a_log_readings", {"a_log_stored": 128}, "KIMI_K3",
+      a_log_stored=st.one_of(st.integers(max_value=127), st.just(128.0), st.just("128")))
 _acct("weights_read_per_step", {}, "DEEPSEEK_V3", batch=_batch)
 _acct("flops_per_token", {"context_len": 4096}, context_len=_ctx)
 _acct("devices_needed", {"context_len": 4096}, context_len=_ctx, batch=bad_nonneg_int(), hardware=_hw,

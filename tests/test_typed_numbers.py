@@ -62,7 +62,6 @@ NOTEBOOK_ALLOW: dict[str, dict[str, str]] = {
                                     "and the first code cell asserts the quote",
         "22,580 GPT-2s": "a section heading quoting the source article's headline (taha2026gpt2k3), derived and "
                          "glued (headline) in the paragraph below; the code asserts the quote",
-        "the model card as 2.8T": "the moonshotai/Kimi-K3 model card's rounded total, quoted with its citation",
     },
     "10_recall_experiment": {
         "at 1.3B parameters": "the model size of the Gated DeltaNet paper's result, quoted with its citation",

@@ -230,7 +230,8 @@ def side_by_side(a: Sequence[Piece], b: Sequence[Piece], names: tuple[str, str] 
     mark = {True: "✓", False: ""}
     headers = ["piece", "lines", names[0], names[1]]
     rows = [[f"`{p.qualname}`", p.code_lines, mark[x], mark[y]] for p, x, y in mech]
-    rows.append([f"checks ({len(checks)} pieces, listed at the end)", lines(checks, lambda x, y: True),
+    rows.append([f"checks ({len(checks)} pieces across both; {names[1]}'s {numbers['b_check_units']} "
+                 f"are listed at the end)", lines(checks, lambda x, y: True),
                  numbers["a_check_lines"], numbers["b_check_lines"]])
     rows.append(["**lines of code, checks excluded**", "", numbers["a_lines"], numbers["b_lines"]])
     return numbers, headers, rows
