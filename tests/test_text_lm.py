@@ -528,3 +528,120 @@ def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
     # a restart with other settings is refused
     other = subprocess.run(cmd + ["--mixers", "softmax"], capture_output=True, text=True, timeout=600)
     assert other.returncode != 0 and "other settings" in other.stderr
+
+
+# ------------------------------------------------------------------ chapter 11's new figures
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory):
+    """The tiny preset's results file, as the benchmark writes it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = tmp_path_factory.mktemp("tiny")
+    (folder / "text.txt").write_text("\n".join(_LINES * 60) + "\n")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
+                           "--text", str(folder / "text.txt"), "--out", str(folder / "r.json")],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((folder / "r.json").read_text())
+
+
+def _plateau_results():
+    bins = [[1, 4], [4, 16]]
+    def run(variant, steps, falls):
+        return {"variant": variant, "steps": steps, "val_bits": 3.0 - falls,
+                "curve": [{"step": s, "bits": 8.0 if s == 0 else 3.3 - falls * s / steps}
+                          for s in range(0, steps + 1, steps // 4)],
+                "attention": [{"step": s, "layers": [[0.3 + 0.1 * s / steps, 0.1], [0.35, 0.11]]}
+                              for s in range(0, steps + 1, steps // 4)]}
+    return {"config": {"model": {"context": 32}, "train": {"batch_size": 4}, "attention_bins": bins,
+                       "uniform": text_lm.uniform_previous_byte(bins)},
+            "baselines": {"bigram": 3.2, "trigram": 2.5},
+            "runs": [run("published", 8, 0.05), run("fan_in", 8, 0.04), run("published_1200", 32, 1.0)]}
+
+
+def test_plateau_figures_and_summary():
+    from gpt2k3.book.figures import text_longer as memfigs
+
+    data = _plateau_results()
+    summary = memfigs.plateau_summary(data)
+    assert summary["published"]["escape"] is None  # never below the bigram table's 3.2
+    assert summary["published_1200"]["escape"] == 8  # 3.3 - 1.0 * 8 / 32 = 3.05 < 3.2 at step 8
+    fig = memfigs.plateau_curves(data)
+    assert len(fig.data) == 3 and len(fig.layout.sliders[0].steps) == 4
+    assert fig.data[2].line.dash == "dash"  # the longer run is drawn dashed
+    heads = memfigs.previous_byte_heads(data)
+    assert len(heads.layout.sliders[0].steps) == 5 and heads.layout.yaxis.type == "log"
+    assert list(heads.data[-1].y) == pytest.approx(data["config"]["uniform"], rel=1e-5)  # 6 digits kept
+    assert list(heads.data[0].y) == [0.4, 0.1]  # the last step by default
+    with pytest.raises(ValueError, match="attention record"):
+        memfigs.previous_byte_heads(data, variant="nothing")
+    with pytest.raises(ValueError, match="plateau"):
+        memfigs.plateau_curves({"runs": []})
+
+
+def test_previous_byte_attention_by_hand():
+    """A GPT-2 whose every query and key are zero attends evenly: the measure gives 1 / (t + 1)."""
+    net = text_lm.build_model("softmax", TINY, seed=0)
+    with torch.no_grad():
+        for b in net.transformer.h:
+            b.attn.c_attn.weight[: 2 * TINY.d_model].zero_()
+            b.attn.c_attn.bias[: 2 * TINY.d_model].zero_()
+    bins = [(1, 4), (4, 16), (16, 32)]
+    x = torch.randint(0, 256, (3, 32), generator=torch.Generator().manual_seed(0))
+    got = text_lm.previous_byte_attention(net, x, bins)
+    even = text_lm.uniform_previous_byte(bins)
+    assert len(got) == TINY.n_layer
+    for layer in got:
+        assert layer == pytest.approx(even, rel=1e-5)
+    assert even[0] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
+    with pytest.raises(ValueError, match="CausalSelfAttention"):
+        text_lm.previous_byte_attention(text_lm.build_model("kda", TINY), x, bins)
+    with pytest.raises(ValueError, match="bins"):
+        text_lm.previous_byte_attention(net, x, [(1, 40)])
+
+
+def test_gpt2_starts_change_only_what_they_name():
+    base = text_lm.build_model("softmax", TINY, seed=0)
+    for name, start in text_lm.GPT2_STARTS.items():
+        net = text_lm.build_model("softmax", TINY, seed=0)
+        start(net)
+        changed = {k for k, v in net.state_dict().items()
+                   if k not in base.state_dict() or not torch.equal(v, base.state_dict()[k])}
+        if name == "untied":
+            assert net.lm_head.weight is not net.transformer.wte.weight
+            assert changed == {"transformer.wte.weight"}
+        elif name == "sinusoid":
+            assert changed == {"transformer.wpe.weight"}
+            w = net.transformer.wpe.weight
+            assert float(w.detach().pow(2).mean().sqrt()) == pytest.approx(0.02, rel=1e-3)
+        else:
+            assert changed and all(k.endswith("weight") for k in changed)
+            w = net.transformer.h[0].mlp.c_fc.weight
+            assert float(w.detach().std()) == pytest.approx(TINY.d_model ** -0.5, rel=0.1)
+
+
+def test_the_longer_runs_figures_read_the_benchmarks_file(tiny_results):
+    from gpt2k3.book.display import md_table
+    from gpt2k3.book.figures import text_longer as memfigs
+
+    data = tiny_results
+    headers, rows = memfigs.design_table(data)
+    assert [r[0] for r in rows] == [text_lm.MIXER_LABELS[m] for m in data["config"]["mixers"]]
+    assert rows[0][2] == "+0.00" and rows[0][3] == "learned table"
+    headers, rows = memfigs.repeat_table(data)
+    assert sum(r[1] for r in rows) == data["repeats"]["used"]
+    md_table(headers, rows)
+    assert data["complete"]
+    fig = memfigs.lr_sweep(data)
+    assert len(fig.data) == len(data["config"]["mixers"]) and fig.layout.xaxis.type == "log"
+    summary = memfigs.repeat_summary(data)
+    for m, bins in summary.items():
+        for b in bins:
+            assert b is None or b["gain"] == pytest.approx(b["first"] - b["second"])
+    fig = memfigs.repeat_gain(data)
+    assert len(fig.layout.sliders[0].steps) == len(data["config"]["mixers"]) + 1
+    with pytest.raises(ValueError, match="not finished"):
+        memfigs.lr_sweep({**data, "complete": False})

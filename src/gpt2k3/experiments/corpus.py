@@ -409,22 +409,23 @@ def ngram_bits(train: torch.Tensor, validation: torch.Tensor, order: int, alpha:
 
 
 def _ngram_score(train: torch.Tensor, val: torch.Tensor, order: int, alpha: float) -> float:
-    """Mean bits of the ``order``-byte keys ``val`` under the add-``alpha`` table of ``train``."""
+    """Mean bits of the ``order``-byte keys ``val`` under the add-``alpha`` table of ``train``:
+    each byte costs ``-log2 (c(context, byte) + alpha) / (c(context) + 256 alpha)``, with ``c``
+    counting the windows of ``order`` and ``order - 1`` bytes of ``train``."""
 
-    def counts(keys):
-        values, n = torch.unique(keys, return_counts=True)
-        return values, n.double()
+    def counts_of(keys, order, query):  # how often each key of ``query`` occurs among ``keys``
+        if VOCAB_SIZE ** order <= 1 << 24:  # up to 3 bytes: one counter per possible key
+            return torch.bincount(keys, minlength=VOCAB_SIZE ** order)[query].double()
+        values, n = torch.unique(keys, return_counts=True)  # longer: only the keys that occur
+        at = torch.searchsorted(values, query).clamp(max=values.numel() - 1)
+        return torch.where(values[at] == query, n[at].double(), torch.zeros((), dtype=torch.float64))
 
-    def lookup(values, n, keys):
-        at = torch.searchsorted(values, keys).clamp(max=values.numel() - 1)
-        return torch.where(values[at] == keys, n[at], torch.zeros((), dtype=torch.float64))
-
-    full, full_n = counts(_keys(train, order))
-    ctx_keys = _keys(train[:-1], order - 1) if order > 1 else torch.zeros(1, dtype=torch.long)
-    ctx, ctx_n = counts(ctx_keys) if order > 1 else (ctx_keys, torch.tensor([float(train.numel())],
-                                                                              dtype=torch.float64))
-    val_ctx = val // VOCAB_SIZE if order > 1 else torch.zeros_like(val)
-    p = (lookup(full, full_n, val) + alpha) / (lookup(ctx, ctx_n, val_ctx) + VOCAB_SIZE * alpha)
+    joint = counts_of(_keys(train, order), order, val)
+    if order > 1:
+        context = counts_of(_keys(train[:-1], order - 1), order - 1, val // VOCAB_SIZE)
+    else:  # no context: every byte of train counts
+        context = torch.full_like(joint, float(train.numel()))
+    p = (joint + alpha) / (context + VOCAB_SIZE * alpha)
     return float(-torch.log2(p).mean())
 
 
