@@ -347,7 +347,8 @@ PLATEAU = (("published", None, {}), ("fan_in", "fan_in", {}), ("untied", "untied
            ("lr_1e-3", None, {"lr": 1e-3}), ("lr_1e-2", None, {"lr": 1e-2}),
            ("published_1200", None, _LONG), ("fan_in_1200", "fan_in", _LONG),
            ("untied_1200", "untied", _LONG), ("sinusoid_1200", "sinusoid", _LONG),
-           ("no_warmup_1200", None, {**_LONG, "warmup": 0}))
+           ("no_warmup_1200", None, {**_LONG, "warmup": 0}),
+           ("warmup_30_1200", None, {**_LONG, "warmup": 30}))  # the short run's warm-up, in steps
 #: Position bins of the previous-byte attention.
 ATTENTION_BINS = ((1, 4), (4, 16), (16, 64), (64, 256))
 

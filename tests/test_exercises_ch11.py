@@ -42,7 +42,8 @@ def _plateau():
 def test_11_2_head_onset_by_hand():
     out = ch11.head_onset(_plateau())
     assert out["onset"] == {(1, 4): 20, (4, 16): None}
-    assert out["escape"] == 30 and out["final"][(1, 4)] == 0.9 and out["factor"] == 2.0
+    assert out["bits_at_onset"] == {(1, 4): 3.1, (4, 16): None}
+    assert out["final_ratio"][(1, 4)] == pytest.approx(3.0) and out["factor"] == 2.0
     with pytest.raises(ValueError, match="variant"):
         ch11.head_onset(_plateau(), variant="nothing")
 
@@ -56,7 +57,7 @@ def test_11_2_on_the_stored_plateau_run():
     steps = [p["step"] for p in run["attention"]]
     for b, step in out["onset"].items():
         assert step is None or step in steps
-    assert out["escape"] is None or out["escape"] <= run["steps"]
+    assert all(v is None or v > 0 for v in out["final_ratio"].values())
 
 
 def _small():

@@ -567,8 +567,8 @@ def test_plateau_figures_and_summary():
 
     data = _plateau_results()
     summary = memfigs.plateau_summary(data)
-    assert summary["published"]["escape"] is None  # never below the bigram table's 3.2
-    assert summary["published_1200"]["escape"] == 8  # 3.3 - 1.0 * 8 / 32 = 3.05 < 3.2 at step 8
+    assert summary["published_1200"]["bits_at"][8] == pytest.approx(3.3 - 1.0 * 8 / 32)
+    assert summary["fan_in"]["val_bits"] == pytest.approx(2.96) and summary["fan_in"]["steps"] == 8
     fig = memfigs.plateau_curves(data)
     assert len(fig.data) == 3 and len(fig.layout.sliders[0].steps) == 4
     assert fig.data[2].line.dash == "dash"  # the longer run is drawn dashed

@@ -41,26 +41,23 @@ def nats_to_bits(model, passage: str, recorded_bits: float) -> dict[str, float]:
 def head_onset(plateau: dict, variant: str = "published_1200", factor: float = 2.0) -> dict:
     """When GPT-2 starts to look at the previous byte, position by position: for every position
     bin of the plateau run's attention record, the first recorded step at which some layer's
-    best head puts at least ``factor`` times the even share (``1 / (t + 1)``) on the previous
-    byte (``None``: never within the run), next to the first step at which the validation
-    loss falls below the bigram table's."""
+    best head gives the previous byte at least ``factor`` times the even share (``1 / (t +
+    1)``; ``None``: never within the run), the validation bits at that step, and the share
+    reached at the end; with the validation curve, to see whether the loss falls first."""
     run = next((r for r in plateau["runs"] if r["variant"] == variant), None)
     if run is None:
         raise ValueError(f"the plateau results hold no run of variant {variant!r}")
     bins = [tuple(b) for b in plateau["config"]["attention_bins"]]
     uniform = plateau["config"]["uniform"]
-    onset = {}
+    curve = {p["step"]: p["bits"] for p in run["curve"]}
+    onset, final = {}, {}
     for i, b in enumerate(bins):
         above = [p["step"] for p in run["attention"]
                  if max(layer[i] for layer in p["layers"]) >= factor * uniform[i]]
         onset[b] = above[0] if above else None
-    last = run["attention"][-1]
-    bigram = plateau["baselines"]["bigram"]
-    below = [p["step"] for p in run["curve"] if p["step"] > 0 and p["bits"] < bigram]
-    return {"onset": onset, "final": {b: max(layer[i] for layer in last["layers"])
-                                      for i, b in enumerate(bins)},
-            "uniform": dict(zip(bins, uniform)), "escape": below[0] if below else None,
-            "steps": run["steps"], "factor": factor}
+        final[b] = max(layer[i] for layer in run["attention"][-1]["layers"]) / uniform[i]
+    return {"onset": onset, "bits_at_onset": {b: curve.get(s) for b, s in onset.items()},
+            "final_ratio": final, "curve": curve, "steps": run["steps"], "factor": factor}
 
 
 # ------------------------------------------------------------------- 11.3 change the code
