@@ -135,6 +135,9 @@ def test_training_is_deterministic_and_until_reproduces_the_start():
     assert c.losses == a.losses[:10] and c.curve == a.curve[:2]
     assert d.losses != c.losses
     assert c.tokens == 10 * TRAIN.batch_size * TINY.context
+    e = text_lm.train("transformer_pp", CORPUS, TINY, TRAIN, seed=1, until=10, final_eval=False)
+    f = text_lm.train("transformer_pp", CORPUS, TINY, TRAIN, seed=1, until=10, final_eval=False)
+    assert e.losses == f.losses and e.curve == f.curve  # the new baseline too
 
 
 def test_the_final_evaluation_and_its_record():
