@@ -490,10 +490,10 @@ def bin_positions(values: Sequence[float], bins: Sequence[tuple[int, int]]) -> l
 
 
 @torch.no_grad()
-def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) -> torch.Tensor:
-    """Mean loss in bits per byte at every position of the windows ``x`` -> ``y`` (each
-    ``(N, T)``), as a float64 tensor ``(T,)``. Runs ``batch`` windows at a time in eval mode.
-    ``ValueError`` if a window is longer than the model's ``block_size`` or a loss is not finite."""
+def token_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) -> torch.Tensor:
+    """Bits of every target of the windows ``x`` -> ``y`` (each ``(N, T)``), as a float64 tensor
+    ``(N, T)``. Runs ``batch`` windows at a time in eval mode. ``ValueError`` if a window is
+    longer than the model's ``block_size`` or a loss is not finite."""
     check_instance(model, "model", GPT)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.dim() != 2 \
             or x.shape != y.shape:
@@ -507,18 +507,21 @@ def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) 
     check_int(batch, "batch", 1)
     was_training = model.training
     model.eval()
-    total = torch.zeros(x.shape[1], dtype=torch.float64)
     try:
-        for s in range(0, x.shape[0], batch):
-            logits = model(x[s:s + batch])
-            loss = F.cross_entropy(logits.transpose(1, 2), y[s:s + batch], reduction="none")
-            total += loss.double().sum(0)
+        out = [F.cross_entropy(model(x[s:s + batch]).transpose(1, 2), y[s:s + batch],
+                               reduction="none").double() for s in range(0, x.shape[0], batch)]
     finally:
         model.train(was_training)
-    bits = total / x.shape[0] * _BITS
+    bits = torch.cat(out) * _BITS
     if not torch.isfinite(bits).all():
         raise ValueError("the model's loss is not finite on these windows")
     return bits
+
+
+def position_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) -> torch.Tensor:
+    """Mean loss in bits per byte at every position of the windows ``x`` -> ``y`` (each
+    ``(N, T)``), as a float64 tensor ``(T,)``: :func:`token_bits` averaged over the windows."""
+    return token_bits(model, x, y, batch).mean(0)
 
 
 #: Bytes at the start of each copy of a repeat left out of its score: a model has to read a
@@ -529,30 +532,6 @@ REPEAT_SKIP = 8
 REPEAT_DISTANCES = ((32, 128), (128, 256), (256, 512), (512, 1024), (1024, 2048))
 #: Bins of the offset (bytes from the start of the copy) of the per-offset repeat curve.
 REPEAT_OFFSETS = ((0, 2), (2, 4), (4, 8), (8, 16), (16, 32), (32, 64), (64, 1 << 30))
-
-
-@torch.no_grad()
-def token_bits(model: GPT, x: torch.Tensor, y: torch.Tensor, batch: int = 4) -> torch.Tensor:
-    """Bits of every target of the windows ``x`` -> ``y`` (each ``(N, T)``), as a float64
-    tensor ``(N, T)``; :func:`position_bits` is its mean over the windows. Eval mode."""
-    check_instance(model, "model", GPT)
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or x.dim() != 2 \
-            or x.shape != y.shape or x.shape[1] > model.config.block_size:
-        raise ValueError(f"x and y must be (N, T) tensors of one shape with T <= block_size="
-                         f"{model.config.block_size}, got {tuple(getattr(x, 'shape', ()))} and "
-                         f"{tuple(getattr(y, 'shape', ()))}")
-    check_int(batch, "batch", 1)
-    was_training = model.training
-    model.eval()
-    try:
-        out = [F.cross_entropy(model(x[s:s + batch]).transpose(1, 2), y[s:s + batch],
-                               reduction="none").double() for s in range(0, x.shape[0], batch)]
-    finally:
-        model.train(was_training)
-    bits = torch.cat(out) * _BITS
-    if not torch.isfinite(bits).all():
-        raise ValueError("the model's loss is not finite on these windows")
-    return bits
 
 
 def repeat_lengths(repeats: Sequence[_text.Repeat], lengths: Sequence[int]) -> dict[int, list]:
