@@ -1,8 +1,9 @@
 """The source worklog's snippets, reproduced with their bugs so the book can run, show and fix
 them. Nothing in the package calls these; each names the correct form that replaces it:
 
-* :func:`seed_cached_attention` -- the cached attention whose mask ignores the cache
-  (correct: :func:`gpt2k3.ops.softmax.parallel` with :func:`gpt2k3.ops.softmax.causal_mask`);
+* :func:`seed_cached_attention` -- the cached attention that builds no causal mask once the cache
+  holds anything (correct: :func:`gpt2k3.ops.softmax.parallel`, which builds
+  :func:`gpt2k3.ops.softmax.causal_mask` itself);
 * :func:`seed_prefill` -- linear attention's prefill as the worklog wrote it, its normaliser
   repaired so that it runs at all, which leaves its causality bug (correct:
   :func:`gpt2k3.ops.linear.chunkwise`);
@@ -19,23 +20,31 @@ from gpt2k3.ops.linear import EPS
 
 
 def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          mask: torch.Tensor | None = None,
                           past_kv: tuple[torch.Tensor, torch.Tensor] | None = None
                           ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """The seed article's cached attention, reproduced to show its masking bug.
 
-    It concatenates the cache and applies the causal mask *only when the cache is
-    empty*.  That is right for a whole-prompt prefill and for one-token decode steps,
-    but a chunk of ``t > 1`` tokens arriving after a non-empty cache lets every token
-    of the chunk attend to the chunk's later tokens — its future.  Compare
-    :func:`causal_mask`, which the model uses.  Shapes ``(B, H, t, D)``.
+    The snippet's attention between its projections, with its arguments in its order: ``q, k, v``
+    ``(B, H, t, D)`` stand for what its ``qkv_proj`` produces, and the heads' outputs are returned
+    before its ``o_proj``. It concatenates the cache and builds the causal mask *only while the
+    cache is empty*. It also applies an optional boolean ``mask`` from the caller (``True`` where a
+    query may see a key, as :func:`gpt2k3.ops.softmax.causal_mask` returns it), but nothing in it
+    builds the ``t x (p + t)`` mask that a chunk of ``t > 1`` tokens needs after ``p`` cached ones.
+    A whole prompt and one-token decode steps are right; a chunk after a non-empty cache whose
+    caller passes no mask lets every token attend to the chunk's later tokens -- its future.
+    :func:`gpt2k3.ops.softmax.parallel` builds that mask itself.
     """
     if past_kv is not None:
         k = torch.cat((past_kv[0], k), dim=2)
         v = torch.cat((past_kv[1], v), dim=2)
     scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
-    if past_kv is None:  # the bug: no mask once a cache exists
+    if past_kv is None:  # the only mask it builds: none once a cache exists
         t = q.shape[2]
-        scores = scores.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=q.device), diagonal=1)
+        scores = scores.masked_fill(causal, float("-inf"))
+    if mask is not None:  # the caller's, if any: nothing here builds one for a chunk
+        scores = scores.masked_fill(~mask, float("-inf"))
     return scores.softmax(-1) @ v, (k, v)
 
 
