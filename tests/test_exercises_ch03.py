@@ -24,6 +24,16 @@ def test_the_papers_speedups_grow_as_about_n_squared():
     assert ch03.growth_exponent(1, 1, 10, 100) == pytest.approx(2)
 
 
+def test_the_papers_cached_baseline_gives_speedups_that_grow_within_n():
+    p = ch03.KATHAROPOULOS_2020
+    mnist, cifar = p["MNIST"], p["CIFAR-10"]
+    assert (mnist["stateful_speedup"], cifar["stateful_speedup"]) == (16.8, 80)  # its Table 4
+    over = [x["speedup"] / x["stateful_speedup"] for x in (mnist, cifar)]  # linear over stateful
+    assert over[1] > 50  # appendix C.1: "more than 50x faster for CIFAR-10"
+    a = ch03.growth_exponent(mnist["N"], over[0], cifar["N"], over[1])
+    assert 0 < a < 1  # within the N^1 a KV cache allows, far from a recomputing baseline's N^2
+
+
 def test_3_1_measured_growth_against_each_baseline():
     bench = results.load("crossover_cpu.json")
     g = ch03.speedup_growth(bench, 64)
