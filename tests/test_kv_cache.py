@@ -117,10 +117,10 @@ def test_seed_snippet_masks_only_an_empty_cache():
     right = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
     torch.testing.assert_close(full[:, :, 3:], right)
     _, past = seed_cached_attention(q[:, :, :3], k[:, :, :3], v[:, :, :3])
-    chunk, _ = seed_cached_attention(q[:, :, 3:], k[:, :, 3:], v[:, :, 3:], past)
+    chunk, _ = seed_cached_attention(q[:, :, 3:], k[:, :, 3:], v[:, :, 3:], past_kv=past)
     assert (chunk - right).abs().max() > 1e-3  # the second chunk sees its own future
     # one token at a time the snippet is right: there is no future inside a 1-token chunk
-    one, _ = seed_cached_attention(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], past)
+    one, _ = seed_cached_attention(q[:, :, 3:4], k[:, :, 3:4], v[:, :, 3:4], past_kv=past)
     torch.testing.assert_close(one, right[:, :, :1])
 
 
