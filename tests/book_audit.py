@@ -159,6 +159,10 @@ def _collide(a: dict, b: dict) -> bool:
     return True
 
 
+#: The kinds of text the web book draws as HTML around the plot (figures.js); the rest is SVG.
+HTML_KINDS = ("title", "legend", "slider-value", "slider-label")
+
+
 @dataclass
 class FigureReport:
     page: str
@@ -173,9 +177,12 @@ def analyse_figure(page: str, label: str, fig: dict, min_font: float = 9.0) -> F
     """Collisions, cut elements and panel intrusions of one figure measured by FIGURE_TEXT_JS."""
     rep = FigureReport(page, label)
     els = fig["elements"]
+    w, s = fig["wrap"], fig["svg"]
+    if s[0] < w[0] - 1 or s[2] > w[2] + 1 or s[2] > fig["viewport"] + 1:
+        rep.cut.append(("plot", f"the plot ({s[2] - s[0]:.0f} px) reaches past its figure's box"))
     outer = fig["wrap"]
-    lo = min(outer[0], fig["svg"][0]) - 1
-    hi_x = max(outer[2], fig["svg"][2]) + 1
+    lo = max(outer[0], fig["svg"][0]) - 1
+    hi_x = min(outer[2], fig["svg"][2]) + 1
     vw = fig["viewport"] + 1
     for i, a in enumerate(els):
         for b in els[i + 1:]:
@@ -184,8 +191,8 @@ def analyse_figure(page: str, label: str, fig: dict, min_font: float = 9.0) -> F
             if _collide(a, b):
                 rep.collisions.append((a["kind"], a["text"], b["kind"], b["text"]))
         x0, y0, x1, y1 = a["box"]
-        if x0 < lo or x1 > hi_x or x0 < -1 or x1 > vw or y0 < min(outer[1], fig["svg"][1]) - 1 \
-                or y1 > max(outer[3], fig["svg"][3]) + 1:
+        top, bottom = (outer[1], outer[3]) if a["kind"] in HTML_KINDS else (fig["svg"][1], fig["svg"][3])
+        if x0 < lo or x1 > hi_x or x0 < -1 or x1 > vw or y0 < top - 1 or y1 > bottom + 1:
             rep.cut.append((a["kind"], a["text"]))
         if a["kind"] != "colorbar" and 0 < a["size"] < min_font:
             rep.small.append((a["kind"], a["text"], a["size"]))
@@ -253,6 +260,8 @@ def audit_page(page, base: str, rel: str, chapter: str) -> tuple[list[FigureRepo
         cdp._pf_sink = (sizes, urls)
     page.goto(base + rel, wait_until="load")
     page.wait_for_load_state("networkidle")
+    # the web book draws a figure when it nears the screen: draw them all, then measure
+    page.evaluate("() => window.pfRenderAll ? window.pfRenderAll() : null")
     try:
         page.wait_for_function(FIGURES_DRAWN_JS, timeout=15000)
     except Exception:

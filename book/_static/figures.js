@@ -26,8 +26,8 @@
 
   const NARROW = 560;            // figure width (px) below which panels stack
   const PANEL = {wide: 300, narrow: 220};   // plot-area height of one row of panels
-  const GAP = {wide: 0, narrow: 64};        // initial vertical gap between stacked panels
-  const MAX_PASSES = 5;
+  const GAP = {wide: 0, narrow: 76};        // initial vertical gap between stacked panels
+  const MAX_PASSES = 6;
 
   const THEMES = {
     light: {font: '#24292f', muted: '#57606a', grid: '#e4e7ec', zero: '#c9ced6', line: '#8c959f',
@@ -126,6 +126,20 @@
                           t[letter].some(v => typeof v === 'string' && v.trim() !== '' && isNaN(Number(v))));
   }
 
+  /** `text` broken into `lines` lines of about equal length, at spaces. */
+  function wrapText(text, lines) {
+    const words = String(text).replace(/<br\s*\/?>/gi, ' ').split(' ');
+    const target = words.join(' ').length / lines;
+    const out = [];
+    let line = '';
+    for (const w of words) {
+      if (line && (line + ' ' + w).length > target * 1.15 && out.length < lines - 1) { out.push(line); line = w; }
+      else line = line ? line + ' ' + w : w;
+    }
+    out.push(line);
+    return out.join('<br>');
+  }
+
   const axisKeys = (L, letter) => Object.keys(L).filter(k => new RegExp(`^${letter}axis\\d*$`).test(k))
     .sort((a, b) => (parseInt(a.slice(5)) || 1) - (parseInt(b.slice(5)) || 1));
   const axisId = key => key[0] + key.slice(5);                 // 'xaxis2' -> 'x2'
@@ -210,8 +224,9 @@
         Object.assign(cb, {x: 1.0, xanchor: 'left', xpad: 6, y: (placed[i].yd[0] + placed[i].yd[1]) / 2,
                            yanchor: 'middle', len: placed[i].yd[1] - placed[i].yd[0], lenmode: 'fraction',
                            thickness: 10, orientation: 'v'});
-      } else if (typeof cb.x === 'number') {
-        cb.x = mapX(cb.x, i);
+      } else {
+        // just right of its own panel (the next panel moves over if the two then touch)
+        Object.assign(cb, {x: placed[i].xd[1] + 0.012, xanchor: 'left', xpad: 4});
       }
     });
     return owners;
@@ -282,6 +297,7 @@
       a.title = typeof a.title === 'string' ? {text: a.title} : Object.assign({}, a.title);
       a.title.font = Object.assign({}, a.title.font, {color: theme.font});
       const id = axisId(k);
+      if (fit.wrap[id] && a.title.text) a.title.text = wrapText(a.title.text, fit.wrap[id]);
       if (fit.nticks[id]) a.nticks = fit.nticks[id];
       else if (narrow && !a.tickvals && a.dtick === undefined && !a.nticks && !isCategory(L, data, id)) a.nticks = k[0] === 'x' ? 6 : 7;
       if (fit.tickangle[id] !== undefined) a.tickangle = fit.tickangle[id];
@@ -365,6 +381,18 @@
       const m = Object.assign({t: 12, b: 44, l: 56, r: 16}, fit.margin);
       if (px > 0 && m[side] + px <= 260) { m[side] += px; fit.margin = m; changed = true; }
     };
+    // 0. an axis title longer than its axis: on two lines (or three); measured again after
+    let wrapped = false;
+    for (const el of els.filter(e => e.kind === 'axis-title')) {
+      const ax = fl[axisKey(el.owner)];
+      if (!ax || !ax._length) continue;
+      const along = el.owner[0] === 'x' ? el.box[2] - el.box[0] : el.box[3] - el.box[1];
+      const lines = fit.wrap[el.owner] || 1;
+      if (along > ax._length + 2 && lines < 3) { fit.wrap[el.owner] = lines + 1; wrapped = true; }
+    }
+
+    if (wrapped) return true;
+
     // 1. anything past the figure's edge: a wider margin on that side
     const over = {l: 0, r: 0, t: 0, b: 0};
     for (const el of els) {
@@ -585,6 +613,7 @@
     fig.stacked = fig.narrow && fig.cells.length > 1 && new Set(fig.cells.map(c => c.xd.join())).size > 1;
     const config = Object.assign({}, fig.config, {responsive: false, displaylogo: false,
                                                   displayModeBar: fig.narrow ? false : 'hover'});
+    fig.draws = (fig.draws || 0) + 1;
     return window.Plotly.react(fig.gd, data, layout, config);
   }
 
@@ -615,7 +644,7 @@
     fig.layout.datarevision = fig.datarevision;
     setCaption(fig);
     if (fig.inputs[si]) fig.inputs[si](i);
-    render(fig);
+    if (fig.queued) render(fig); else queue(fig);   // not drawn yet: drawn at this step
   }
 
   /** The figure as plotly.js takes it: arrays stored once put back where they occur, and a
@@ -639,7 +668,7 @@
   }
 
   function modeOf(fig) {
-    const w = Math.floor(fig.root.getBoundingClientRect().width) || 600;
+    const w = Math.floor(fig.gd.getBoundingClientRect().width) || 600;   // the plot's own box
     return {width: w, narrow: w < NARROW};
   }
 
@@ -664,7 +693,7 @@
       gd.setAttribute('aria-labelledby', fig.caption.id);
     }
     gd.dataset.pfPending = '1';
-    const resetFit = () => { fig.fit = {margin: {}, nticks: {}, tickangle: {}, shift: {}, gap: fig.narrow ? GAP.narrow : 0, extraHeight: 0}; };
+    const resetFit = () => { fig.fit = {margin: {}, nticks: {}, tickangle: {}, shift: {}, wrap: {}, gap: fig.narrow ? GAP.narrow : 0, extraHeight: 0}; };
     Object.assign(fig, modeOf(fig), {theme: themeName()});
     resetFit();
     fig.resetFit = resetFit;
@@ -674,33 +703,69 @@
   }
 
   const figures = [];
-  async function start() {
+  let chain = Promise.resolve();
+  /** Draw `fig` once, after the figures queued before it (one at a time keeps the page responsive). */
+  const queue = fig => {
+    if (!fig.queued) {
+      fig.queued = chain = chain.then(() => {
+        const mode = modeOf(fig);
+        const reset = mode.narrow !== fig.narrow;
+        Object.assign(fig, mode);
+        if (reset) fig.resetFit();
+        return render(fig);
+      });
+    }
+    return fig.queued;
+  };
+
+  function start() {
     if (!window.Plotly) return;
     document.querySelectorAll('figure.pf').forEach(root => { const f = init(root); if (f) figures.push(f); });
-    for (const fig of figures) await render(fig);
+    // a figure is drawn when it comes near the screen: the page's text is ready first, and a
+    // long chapter does not draw what the reader never scrolls to
+    const near = new IntersectionObserver(entries => {
+      for (const e of entries) {
+        if (!e.isIntersecting) continue;
+        near.unobserve(e.target);
+        const fig = figures.find(f => f.root === e.target);
+        if (fig) queue(fig);
+      }
+    }, {rootMargin: '900px 0px'});
+    figures.forEach(fig => near.observe(fig.root));
+    /** Draw every figure of the page now (what a test or a print needs); resolves when done. */
+    window.pfRenderAll = () => {
+      const t0 = performance.now();
+      return Promise.all(figures.map(queue)).then(() => {
+        window.pfDrawn = {figures: figures.length, ms: performance.now() - t0,
+                          draws: figures.reduce((a, f) => a + (f.draws || 0), 0)};
+        return window.pfDrawn;
+      });
+    };
+    window.addEventListener('beforeprint', () => { window.pfRenderAll(); });
     // redraw when the reader switches theme
     new MutationObserver(() => {
       const t = themeName();
-      figures.forEach(fig => { if (fig.theme !== t) { fig.theme = t; render(fig); } });
+      figures.forEach(fig => {
+        if (fig.theme === t) return;
+        fig.theme = t;
+        if (fig.queued) fig.queued.then(() => render(fig));
+      });
     }).observe(document.documentElement, {attributes: true, attributeFilter: ['data-theme']});
     // and when the column changes width (a rotated phone, a resized window)
     const ro = new ResizeObserver(entries => {
       for (const e of entries) {
-        const fig = figures.find(f => f.root === e.target);
-        if (!fig) continue;
-        const m = modeOf(fig);
-        if (Math.abs(m.width - fig.width) < 2) continue;
+        const fig = figures.find(f => f.gd === e.target);
+        if (!fig || !fig.queued) continue;
+        if (Math.abs(modeOf(fig).width - fig.width) < 2) continue;
         clearTimeout(fig.resizeTimer);
         fig.resizeTimer = setTimeout(() => {
-          const mode = modeOf(fig);
-          const modeChanged = mode.narrow !== fig.narrow;
-          Object.assign(fig, mode);
-          if (modeChanged || true) fig.resetFit();
+          Object.assign(fig, modeOf(fig));
+          fig.resetFit();
           render(fig);
         }, 120);
       }
     });
-    figures.forEach(fig => ro.observe(fig.root));
+    figures.forEach(fig => ro.observe(fig.gd));
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);

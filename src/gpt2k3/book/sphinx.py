@@ -206,9 +206,10 @@ class PlotlyMimeRenderer:
         image["classes"] = list(image.get("classes", [])) + ["nb-image"]
         if not caption:
             return [image]
-        figure = nodes.figure("", image, classes=["nb-figure"])
-        figure += nodes.caption(str(caption), str(caption))
-        return [figure]
+        # a container, not a docutils figure: Sphinx would number it ("Fig. 1") apart from
+        # the plotly figures, which are not numbered
+        text = nodes.paragraph(str(caption), str(caption), classes=["nb-caption"])
+        return [nodes.container("", image, text, classes=["nb-figure"])]
 
 
 def plotly_js_version(path: Path) -> str:
