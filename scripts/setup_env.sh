@@ -15,6 +15,10 @@ if [ "$(cat .venv/.installed 2>/dev/null || true)" != "$want" ]; then
     echo "==> installing requirements into .venv (first run: a few minutes)"
     python -m pip install -q --upgrade pip
     python -m pip install -q -r requirements.txt
+    # Colab's ipywidgets (the version in tests/data/colab_pip_freeze.txt), as wheels:
+    # tests/test_bootstrap.py checks every live explorer under it
+    python -m pip download -q --no-deps -d .venv/colab-wheels \
+        $(grep -E '^(ipywidgets|ipython-genutils|ipython_genutils)==' tests/data/colab_pip_freeze.txt)
     echo "$want" > .venv/.installed
 fi
 # Chapter 11's corpus: the King James Bible, printed by Debian's `bible` program (package

@@ -36,11 +36,16 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a browser that drops a connection (a favicon it gave up on) is not a failure
+
+
 @contextmanager
 def serve(directory: Path):
     """Serve ``directory`` on 127.0.0.1 (a free port) for the duration of the block."""
     handler = functools.partial(_Quiet, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

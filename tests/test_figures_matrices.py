@@ -14,7 +14,9 @@ from gpt2k3.ops import softmax, wy
 def png(fig):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # e.g. a glyph missing from the font
-        return fig._repr_png_()
+        data, meta = fig._repr_png_()
+    assert meta["caption"] == fig.caption and meta["alt"] == fig.alt
+    return data
 
 
 @pytest.mark.parametrize("build", [matrices.state_before_after, matrices.causal_attention_weights,
@@ -73,3 +75,14 @@ def test_wy_ut_matrices_come_from_the_wy_module():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("build", [matrices.state_before_after, matrices.causal_attention_weights,
+                                   matrices.wy_ut_matrices])
+def test_a_picture_has_a_caption_and_a_description_and_no_title_of_its_own(build):
+    """The web book prints the caption under the picture and gives the description to readers
+    who cannot see it; the picture holds only its panels (no title to repeat the caption)."""
+    fig = build()
+    assert fig.caption and fig.alt and len(fig.alt) > len(fig.caption)
+    assert "$" not in fig.alt and "\\" not in fig.alt
+    assert fig._suptitle is None

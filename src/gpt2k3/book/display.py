@@ -11,7 +11,10 @@ at three significant digits; :func:`sig` rounds a number to significant digits.
 
 ``glue`` stores a value for the web book's prose (myst-nb's ``{glue:text}`` role).
 myst-nb is a build dependency, not a package dependency: in Colab, where it is not
-installed, ``glue`` quietly does nothing and the notebook still runs.
+installed, ``glue`` quietly does nothing and the notebook still runs.  A glued sentence that
+holds Markdown (a command in backquotes, ``**bold**``) is pasted by ``{glue:text}`` as plain
+text -- the markup taken out, never shown as literal backquotes -- and by ``{glue:md}`` as
+Markdown; the book's build keeps a ``--`` as two hyphens (``smartquotes_action: qe``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import difflib
 import inspect
 import math
 import numbers
+import re
 import textwrap
 from typing import Any, Sequence
 
@@ -130,6 +134,28 @@ def _glue_value(value: Any) -> Any:
     return value
 
 
+_MARKUP = re.compile(r"`[^`]+`|\*\*[^*]+\*\*|(?<![\w*])\*[^*\s][^*]*\*(?![\w*])")
+
+
+class GluedMarkdown(str):
+    """A glued sentence that holds Markdown: the same string, shown as Markdown by
+    ``{glue:md}`` (and by ``{glue}``) and as plain text -- code spans and emphasis without their
+    markers -- by ``{glue:text}``, which pastes a value's ``text/plain`` as it is."""
+
+    def _repr_markdown_(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return _MARKUP.sub(lambda m: m.group(0).strip("`*"), str(self))
+
+
+def _glue_object(value: Any) -> Any:
+    """What :func:`glue` hands to myst-nb: a string with Markdown in it as :class:`GluedMarkdown`."""
+    if isinstance(value, str) and not isinstance(value, GluedMarkdown) and _MARKUP.search(value):
+        return GluedMarkdown(value)
+    return value
+
+
 def glue(name: str, value: Any) -> Any:
     """Glue ``value`` under ``name`` for the book's prose (no visible output); return it.
 
@@ -144,7 +170,7 @@ def glue(name: str, value: Any) -> Any:
         from myst_nb import glue as _glue
     except ImportError:  # running outside the book's environment (e.g. Colab)
         return value
-    _glue(name, value, display=False)
+    _glue(name, _glue_object(value), display=False)
     return value
 
 

@@ -14,7 +14,10 @@ more than a slider:
 Each returns a :class:`matplotlib.figure.Figure` built directly (``Figure()``, no pyplot and no
 global state), deterministic for its arguments, that renders as a PNG when it is the last
 expression of a notebook cell. The numbers drawn are also returned on the figure as
-``fig.matrices`` (a dict of name -> 2-D tensor), so a test can check what is shown.
+``fig.matrices`` (a dict of name -> 2-D tensor), so a test can check what is shown. Its title is
+``fig.caption`` and a description of what it shows ``fig.alt``: the PNG's output metadata carries
+both, and the web book prints the caption under the picture and gives it the description as
+alt text (:mod:`gpt2k3.book.sphinx`); the picture itself holds only the panels.
 """
 
 from __future__ import annotations
@@ -39,16 +42,20 @@ class _PNGFigure(Figure):
     inline backend (``_repr_png_`` renders it with Agg). ``matrices`` holds the data drawn."""
 
     matrices: dict
+    caption: str = ""
+    alt: str = ""
 
-    def _repr_png_(self) -> bytes:
+    def _repr_png_(self):
         buf = io.BytesIO()
         self.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-        return buf.getvalue()
+        meta = {k: v for k, v in (("caption", self.caption), ("alt", self.alt)) if v}
+        return (buf.getvalue(), meta) if meta else buf.getvalue()
 
 
 def _heatmaps(panels: dict, title: str, *, width: float = 3.0, symmetric: bool = True,
-              cmap: str = _CMAP) -> _PNGFigure:
-    """One row of heat maps, one per ``name -> 2-D tensor``, sharing a colour scale."""
+              cmap: str = _CMAP, alt: str = "") -> _PNGFigure:
+    """One row of heat maps, one per ``name -> 2-D tensor``, sharing a colour scale; ``title``
+    is the caption and ``alt`` the description of the picture (see the module docstring)."""
     mats = {name: m.detach().double().cpu() for name, m in panels.items()}
     lim = max(float(m.abs().max()) for m in mats.values()) or 1.0
     fig = _PNGFigure(figsize=(width * len(mats), width + 0.6), layout="constrained")
@@ -61,9 +68,19 @@ def _heatmaps(panels: dict, title: str, *, width: float = 3.0, symmetric: bool =
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(image, ax=list(axes), shrink=0.8)
-    fig.suptitle(title, fontsize=11)
     fig.matrices = {name: m for name, m in mats.items()}
+    fig.caption = title
+    fig.alt = alt or (f"{len(mats)} heat maps side by side, sharing one colour scale: "
+                      + "; ".join(f"{_plain(name)} ({m.shape[0]}×{m.shape[1]})" for name, m in mats.items()))
     return fig
+
+
+def _plain(label: str) -> str:
+    """A panel title without its TeX: ``$\\beta$`` -> ``β``."""
+    for tex, text in ((r"\mathrm", ""), (r"\mathcal", ""), (r"\operatorname", ""), (r"\beta", "β"),
+                      (r"\top", "ᵀ"), (r"\,", " "), ("$", ""), ("{", ""), ("}", "")):
+        label = label.replace(tex, text)
+    return label
 
 
 def state_before_after(d: int = 8, n_stored: int = 4, slot: int = 1, beta: float = 1.0,
@@ -92,7 +109,10 @@ def state_before_after(d: int = 8, n_stored: int = 4, slot: int = 1, beta: float
     return _heatmaps({"before: $S$": step.before,
                       f"after one write (key {slot}, $\\beta$ = {beta:g})": step.after,
                       "after - before": step.after - step.before},
-                     "A delta-rule write changes one row of the state")
+                     "A delta-rule write changes one row of the state",
+                     alt=(f"Three {d}×{d} heat maps of the state: before the write, after writing a new "
+                          f"value under key {slot} with strength β = {beta:g}, and their difference. "
+                          f"Only row {slot} differs; the other rows are the same in both maps."))
 
 
 def causal_attention_weights(T: int = 12, d: int = 8, seed: int = 0,
@@ -112,7 +132,9 @@ def causal_attention_weights(T: int = 12, d: int = 8, seed: int = 0,
     weights = ((q @ k.T) * scale).masked_fill(~mask, float("-inf")).softmax(-1)
     fig = _heatmaps({"causal mask": mask.double(), "softmax weights $A$": weights},
                     "Causal softmax attention: row t mixes positions 0..t", symmetric=False,
-                    cmap="viridis")
+                    cmap="viridis",
+                    alt=(f"Two {T}×{T} heat maps: the causal mask, ones on and below the diagonal, and "
+                         f"the softmax weights, zero above the diagonal, each row summing to one."))
     fig.matrices["q"], fig.matrices["k"] = q, k
     return fig
 
@@ -135,6 +157,9 @@ def wy_ut_matrices(C: int = 8, d: int = 6, seed: int = 0) -> Figure:
     fig = _heatmaps({r"$\mathrm{tril}(\mathrm{diag}(\beta)\,K K^\top, -1)$": A,
                      r"UT transform $\mathcal{T}$": T_ut, r"$W = \mathcal{T} K$": W,
                      r"$U = \mathcal{T} V$": U},
-                    f"The WY / UT matrices of one chunk (C = {C})", width=2.6)
+                    f"The WY / UT matrices of one chunk (C = {C})", width=2.6,
+                    alt=(f"Four heat maps of one chunk of {C} tokens: the strictly lower-triangular "
+                         f"beta-weighted key products, their UT transform (lower triangular, {C}×{C}), "
+                         f"and the dense {C}×{d} factors W and U."))
     fig.matrices.update(k=k, v=v, beta=beta[None])
     return fig
