@@ -57,8 +57,11 @@ FIGURE_TEXT_JS = r"""
     const add = (e, kind, owner, key) => {
       if (!visible(e)) return;
       const cs = getComputedStyle(e);
+      // the size drawn: plotly shrinks a bar label that does not fit with a scale() transform
+      const m = e.getScreenCTM ? e.getScreenCTM() : null;
+      const scale = m ? Math.sqrt(Math.abs(m.a * m.d - m.b * m.c)) : 1;
       els.push({kind, owner, key, text: (e.textContent || '').trim().slice(0, 60), box: box(e), quad: quad(e),
-                size: parseFloat(e.getAttribute('font-size') || cs.fontSize) || 0});
+                size: (parseFloat(e.getAttribute('font-size') || cs.fontSize) || 0) * scale});
     };
     let n = 0;
     const lines = (t, kind, owner) => {
@@ -80,6 +83,8 @@ FIGURE_TEXT_JS = r"""
       cb.querySelectorAll('g.cbaxis text').forEach(t => lines(t, 'colorbar-tick', 'cb' + i));
       cb.querySelectorAll('rect.cbfill').forEach(r => add(r, 'colorbar', 'cb' + i, 'cbfill' + i));
     });
+    // numbers printed on the data (bar and point labels): checked for size and cut, not paired
+    gd.querySelectorAll('g.trace text.bartext, g.trace g.textpoint text').forEach(t => lines(t, 'value-label', ''));
     gd.querySelectorAll('g.xaxislayer-above > g, g.yaxislayer-above > g').forEach(g => {
       const c = g.getAttribute('class') || '';
       const m = c.match(/^([xy]\d*)tick$/);
@@ -186,7 +191,7 @@ def analyse_figure(page: str, label: str, fig: dict, min_font: float = 9.0) -> F
     vw = fig["viewport"] + 1
     for i, a in enumerate(els):
         for b in els[i + 1:]:
-            if a["key"] == b["key"]:
+            if a["key"] == b["key"] or "value-label" in (a["kind"], b["kind"]):
                 continue
             if _collide(a, b):
                 rep.collisions.append((a["kind"], a["text"], b["kind"], b["text"]))
@@ -216,6 +221,8 @@ class WidthReport:
             "width": self.width,
             "figures": len(f),
             "colliding pairs": sum(len(r.collisions) for r in f),
+            "colliding pairs, not counting two tick labels": sum(
+                sum(1 for c in r.collisions if not (c[0] == c[2] == "tick")) for r in f),
             "figures with collisions": sum(bool(r.collisions) for r in f),
             "cut elements": sum(len(r.cut) for r in f),
             "figures with cut elements": sum(bool(r.cut) for r in f),

@@ -259,6 +259,19 @@
     L.font = Object.assign({}, L.font, {size: narrow ? 11 : 12, color: theme.font});
     L.paper_bgcolor = 'rgba(0,0,0,0)';
     L.plot_bgcolor = 'rgba(0,0,0,0)';
+    // the template outlines bars in white, which reads as a glow on a dark page: outline them
+    // in the page's own colour instead
+    if (L.template && L.template.data) {
+      const page = getComputedStyle(document.documentElement).getPropertyValue('--pst-color-background').trim()
+        || (fig.theme === 'dark' ? '#14181e' : '#ffffff');
+      L.template = Object.assign({}, L.template, {data: Object.assign({}, L.template.data)});
+      for (const [type, list] of Object.entries(L.template.data)) {
+        if (!Array.isArray(list)) continue;
+        L.template.data[type] = list.map(d => (d && d.marker && d.marker.line && d.marker.line.color
+          ? Object.assign({}, d, {marker: Object.assign({}, d.marker, {line: Object.assign({}, d.marker.line, {color: page})})})
+          : d));
+      }
+    }
     L.hoverlabel = Object.assign({}, L.hoverlabel, {bgcolor: theme.hover, font: {color: theme.font}});
 
     // panels: stacked on a phone; on a wide screen as authored, with any gap the fit widened
@@ -362,6 +375,8 @@
       const m = (g.getAttribute('class') || '').match(/^([xy]\d*)tick$/);
       if (m) g.querySelectorAll('text').forEach(t => add(t, 'tick', m[1]));
     });
+    // numbers printed on the data (a bar's label outside it): must stay inside the figure
+    gd.querySelectorAll('g.trace text.bartext, g.trace g.textpoint text').forEach(t => add(t, 'value-label', ''));
     return els;
   }
 

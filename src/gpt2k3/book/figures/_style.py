@@ -2,6 +2,15 @@
 
 :func:`style` sets the look (template, fonts, margins, labelled axes), :func:`add_slider`
 turns a list of :class:`Step` values into a plotly slider whose steps carry their data.
+
+That is the figure Jupyter and Colab draw.  The web book draws the same figure through its
+figure frame (``book/_static/figures.js``, fed by :mod:`gpt2k3.book.sphinx`), which fits it to
+the reader's screen and theme for every figure alike: the title (updated by each slider step)
+becomes the figure's caption, the legend a row of buttons and each slider a keyboard-movable
+range control, all HTML that wraps at any width; on a phone the panels stack; margins grow
+until every label fits; colours follow light or dark mode.  So a figure here needs no margins
+or title lengths of its own for the web: a long title is fine (it is a caption there), and an
+axis title longer than its axis is broken into lines.
 """
 
 from __future__ import annotations
