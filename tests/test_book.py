@@ -12,6 +12,7 @@ or picture stays on a white card).  Figure layout is measured by ``tests/book_au
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -438,3 +439,37 @@ def test_search_finds_pages_and_its_snippets_are_their_text(site, browser):
     for text in snippets:
         assert "\\(" not in text and "\\frac" not in text and "\\mathbf" not in text, text
         assert "Contents" not in text[:40] and ".ipynb" not in text and "Launch" not in text, text
+
+
+@pytest.mark.parametrize("chapter", ["02_kv_cache", "05_parallel_deltanet"])
+def test_an_exercise_solution_opens_from_its_dropdown(site, browser, chapter):
+    """A chapter's exercise solutions are collapsed: the answer's dropdown and the solution
+    cell's toggle are closed when the page opens, and opening them shows the worked answer
+    (its glued numbers rendered, no raw role) and the solution's code."""
+    html, _ = site
+    base, b = browser
+    page = b.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    page.goto(f"{base}notebooks/{chapter}.html", wait_until="load")
+    dropdowns = page.locator("details.sd-dropdown")
+    assert dropdowns.count() >= 3, f"{chapter}: {dropdowns.count()} solution dropdowns"
+    first = dropdowns.first
+    body = first.locator(".sd-summary-content")
+    assert first.get_attribute("open") is None and not body.is_visible()
+    first.locator("summary").scroll_into_view_if_needed()
+    first.locator("summary").click()
+    body.wait_for(state="visible")
+    text = body.inner_text()
+    assert len(text) > 40 and "{glue" not in text and "{cite" not in text, text[:200]
+    # the solution cell before it: collapsed by its hide-cell tag, opened by its toggle
+    cells = page.locator("div.cell.tag_hide-cell details.hide")
+    assert cells.count() >= 3, f"{chapter}: {cells.count()} collapsed solution cells"
+    cell = cells.first
+    assert cell.get_attribute("open") is None
+    cell.locator("summary").scroll_into_view_if_needed()
+    cell.locator("summary").click()
+    assert "exercises" in cell.inner_text()
+    shots = os.environ.get("BOOK_SHOTS")  # a folder to keep a picture of the open solution in
+    if shots:
+        first.scroll_into_view_if_needed()
+        page.screenshot(path=str(Path(shots) / f"solution_open_{chapter}.png"))
+    page.close()
