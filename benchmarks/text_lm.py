@@ -5,7 +5,8 @@
     python benchmarks/text_lm.py --preset short      # the earlier 300-step run (text_lm.json + the shipped GPT-2)
     python benchmarks/text_lm.py --preset plateau    # GPT-2's plateau: what shortens it (text_lm_plateau.json)
 
-For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2, Transformer++, softmax and
+For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2 as published and started at
+``N(0, 1/fan_in)``, Transformer++, softmax and
 linear attention behind a short convolution, DeltaNet, Gated DeltaNet, KDA, the 3:1 KDA:softmax
 hybrid, the tiny Kimi K3) and each seed, one small decoder at GPT-2's parameter count is trained
 on the same number of bytes of the training books and scored on the held-out books
@@ -69,8 +70,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "src" / "gpt2k3" / "checkpoints" / checkpoint.CHECKPOINT
 SAMPLE = dict(prompt="And it came to pass, when ", max_new_tokens=230, temperature=0.8, seed=0)
 #: The chapter's models, in the order the chapter shows them: the two softmax baselines first.
-ORDER = ("softmax", "transformer_pp", "softmax_conv", "linear", "deltanet", "gated_deltanet",
-         "kda", "hybrid", "k3")
+ORDER = ("softmax", "gpt2_fan_in", "transformer_pp", "softmax_conv", "linear", "deltanet",
+         "gated_deltanet", "kda", "hybrid", "k3")
 #: Repeats shorter than this many bytes are not used by the repeat test.
 REPEAT_MIN_LENGTH = 32
 
@@ -99,7 +100,7 @@ def _presets() -> dict[str, Plan]:
     return {
         "chapter": Plan(out="text_lm_tuned.json", mixers=ORDER, seeds=(0, 1, 2),
                         model=TextModelConfig(), train=chapter, sweep_lrs=(1e-3, 3e-3, 1e-2)),
-        "short": Plan(out="text_lm.json", mixers=ORDER[:1] + ORDER[2:], seeds=(0, 1),
+        "short": Plan(out="text_lm.json", mixers=ORDER[:1] + ORDER[3:], seeds=(0, 1),
                       model=TextModelConfig(), train=TextTrainConfig(), ship_checkpoint=True),
         "quick": Plan(out="text_lm_quick.json", mixers=ORDER, seeds=(0,), model=TextModelConfig(),
                       train=TextTrainConfig(steps=6, eval_every=3, curve_windows=2,
@@ -248,12 +249,15 @@ def header(plan: Plan, name: str, train: torch.Tensor, val: torch.Tensor, descri
 def _same_settings(old: dict, new: dict) -> list[str]:
     """The settings in which a stored results file differs from this run (empty: resume).
     A field the code gained since (a new training option, say) counts only if it is not at
-    the default the earlier runs had."""
+    the default the earlier runs had; models added to the run (every stored one still in it)
+    are trained on resuming, their runs missing like any other."""
     defaults = {"model": asdict(TextModelConfig()), "train": asdict(TextTrainConfig())}
     diffs = []
     for key in ("mixers", "seeds", "model", "train", "lengths", "sample", "lr_rule"):
         a, b = old["config"].get(key), new["config"].get(key)
-        if isinstance(a, dict) and isinstance(b, dict) and key in defaults:
+        if key == "mixers" and isinstance(a, list) and isinstance(b, list):
+            same = set(a) <= set(b)
+        elif isinstance(a, dict) and isinstance(b, dict) and key in defaults:
             gained = {k: v for k, v in b.items() if k not in a}
             same = {k: b[k] for k in a if k in b} == a and \
                 all(v == defaults[key].get(k) for k, v in gained.items())

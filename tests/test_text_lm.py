@@ -44,7 +44,7 @@ LAYERS = {"softmax": [CausalSelfAttention] * 4, "softmax_conv": [ConvMixer] * 4,
           "gated_deltanet": [GatedDeltaNet] * 4, "kda": [KDA] * 4,
           "hybrid": [KDA, KDA, KDA, CausalSelfAttention],
           "k3": [BoundedKDA, BoundedKDA, BoundedKDA, GatedNoPEMLA],
-          "transformer_pp": [RotaryCausalSelfAttention] * 4}
+          "transformer_pp": [RotaryCausalSelfAttention] * 4, "gpt2_fan_in": [CausalSelfAttention] * 4}
 
 
 @pytest.mark.parametrize("mixer", MIXERS)
@@ -56,13 +56,14 @@ def test_every_model_has_its_mixers_and_positions(mixer):
     assert len(names) == 4 and all(isinstance(n, str) for n in names)
     assert names[-1] == {"softmax": "softmax", "softmax_conv": "conv + softmax", "linear": "conv + linear",
                          "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "kda": "KDA",
-                         "hybrid": "softmax", "k3": "MLA", "transformer_pp": "softmax + RoPE"}[mixer]
+                         "hybrid": "softmax", "k3": "MLA", "transformer_pp": "softmax + RoPE",
+                         "gpt2_fan_in": "softmax"}[mixer]
     if mixer == "softmax_conv":
         assert all(isinstance(b.attn.inner, CausalSelfAttention) for b in net.transformer.h)
     if mixer == "linear":
         assert all(isinstance(b.attn.inner, LinearAttention) for b in net.transformer.h)
     assert net.config.vocab_size == 256
-    if mixer == "softmax":  # GPT-2 exactly: learned table of `context` rows, 4 d MLP, tied head
+    if mixer in ("softmax", "gpt2_fan_in"):  # GPT-2: learned table of `context` rows, 4 d MLP, tied head
         assert net.config.position == "learned" and net.config.block_size == TINY.context
         assert net.transformer.wpe.weight.shape == (TINY.context, TINY.d_model)
         assert net.transformer.h[0].mlp.c_fc.out_features == 4 * TINY.d_model
@@ -531,6 +532,14 @@ def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
     # a restart with other settings is refused
     other = subprocess.run(cmd + ["--mixers", "softmax"], capture_output=True, text=True, timeout=600)
     assert other.returncode != 0 and "other settings" in other.stderr
+    # a model added to the run trains on resuming, the others are kept
+    more = subprocess.run(cmd + ["--mixers", "softmax,deltanet,gpt2_fan_in"], capture_output=True,
+                          text=True, timeout=600)
+    assert more.returncode == 0, more.stderr[-2000:]
+    grown = json.loads(out.read_text())
+    assert len([line for line in more.stdout.splitlines() if line.startswith("[")]) == 3
+    assert before <= {json.dumps(r, sort_keys=True) for r in grown["sweep"] + grown["runs"]}
+    assert grown["complete"] and {r["mixer"] for r in grown["runs"]} == {"softmax", "deltanet", "gpt2_fan_in"}
 
 
 # ------------------------------------------------------------------ chapter 11's new figures

@@ -6,6 +6,9 @@ byte and scored in **bits per byte** on held-out books:
 
 * ``"softmax"``: GPT-2 exactly (causal softmax attention, a learned position table, the GELU
   MLP ``4 d`` wide, LayerNorm, tied head) -- the reference the others are matched to;
+* ``"gpt2_fan_in"``: the same GPT-2 with its weights drawn from ``N(0, 1 / fan_in)`` (GPT-2
+  draws ``N(0, 0.02^2)``, tuned for width 768): the start with which it leaves its plateau
+  sooner at chapter 11's width (``benchmarks/text_lm.py --preset plateau``);
 * ``"softmax_conv"``: the same attention behind a short causal convolution
   (:class:`ConvMixer`) and with no position table (NoPE): the softmax baseline on the delta
   family's footing, and one that can be run past its training length;
@@ -90,17 +93,18 @@ __all__ = ["eval_ngram_baselines", "REPEAT_SKIP", "REPEAT_DISTANCES", "REPEAT_OF
 
 #: The models compared in chapter 11, in the book's order.
 MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3",
-          "transformer_pp")
+          "transformer_pp", "gpt2_fan_in")
 #: Display names.
 MIXER_LABELS = {"softmax": "GPT-2 (softmax)", "softmax_conv": "Softmax + conv (NoPE)",
                 "linear": "Linear attention + conv", "deltanet": "DeltaNet",
                 "gated_deltanet": "Gated DeltaNet", "kda": "KDA",
                 "hybrid": "3:1 KDA:softmax hybrid", "k3": "Tiny Kimi K3",
-                "transformer_pp": "Transformer++ (RoPE, RMSNorm, SwiGLU)"}
+                "transformer_pp": "Transformer++ (RoPE, RMSNorm, SwiGLU)",
+                "gpt2_fan_in": "GPT-2, fan-in init"}
 #: The model every other is matched to in parameters.
 REFERENCE = "softmax"
 #: Models with a learned position table (they cannot read past ``context``).
-LEARNED_POSITIONS = ("softmax",)
+LEARNED_POSITIONS = ("softmax", "gpt2_fan_in")
 #: Models that get :class:`ConvMixer`'s short convolution in front of their attention (the
 #: delta family, the hybrid's KDA layers and K3's KDA layers carry one of their own).
 CONV_ADDED = ("softmax_conv", "linear")
@@ -274,6 +278,10 @@ def _build(mixer: str, model: TextModelConfig, sizes: dict) -> GPT:
     config = gpt_config(mixer, model)
     if mixer == "k3":
         return tiny_k3(config, **sizes)
+    if mixer == "gpt2_fan_in":  # GPT-2, its weights drawn at 1 / fan-in (below: GPT2_STARTS)
+        net = GPT(config)
+        GPT2_STARTS["fan_in"](net)
+        return net
     hidden, cs = sizes.get("mlp_hidden"), model.chunk_size
     if mixer == "transformer_pp":  # RoPE, RMSNorm, SwiGLU: the Llama recipe
         return GPT(config, mixer=lambda c, i: RotaryCausalSelfAttention(c),
@@ -296,7 +304,7 @@ _MATCHED: dict = {}
 def matched_sizes(mixer: str, model: TextModelConfig = TextModelConfig()) -> dict:
     """The sizes that bring ``mixer``'s total parameter count closest to GPT-2's.
 
-    GPT-2 (``"softmax"``) keeps its ``4 d`` MLP: ``{}``. Every other model gets the GELU MLP
+    GPT-2 (``"softmax"``, and ``"gpt2_fan_in"``) keeps its ``4 d`` MLP: ``{}``. Every other model gets the GELU MLP
     width ``mlp_hidden`` whose total is nearest; the tiny K3 gets the largest expert width
     ``d_expert`` that stays under the target with its dense layer at ``4 d``, then the dense
     width ``d_ff`` that comes nearest. Counts are linear in these widths, so two builds give
@@ -307,7 +315,7 @@ def matched_sizes(mixer: str, model: TextModelConfig = TextModelConfig()) -> dic
     key = (mixer, model)
     if key in _MATCHED:
         return dict(_MATCHED[key])
-    if mixer == REFERENCE:
+    if mixer in LEARNED_POSITIONS:  # GPT-2 itself, however it starts
         _MATCHED[key] = {}
         return {}
     target = _build(REFERENCE, model, {}).num_params()

@@ -40,7 +40,7 @@ PLATEAU_LABELS = {"published": "as published", "fan_in": "weights N(0, 1/fan_in)
                   "sinusoid_1200": "sinusoidal start, 1,200 steps",
                   "no_warmup_1200": "no warm-up, 1,200 steps",
                   "warmup_30_1200": "30 warm-up steps, 1,200 steps"}
-_EXTRA_COLORS = {"transformer_pp": "#882255"}  # the chapter's palette has eight colours
+_EXTRA_COLORS = {"transformer_pp": "#882255", "gpt2_fan_in": "#999933"}  # the palette has eight
 
 
 def color_of(mixer: str) -> str | None:
@@ -93,11 +93,11 @@ def plateau_curves(data: Mapping, active: int = 0) -> go.Figure:
                       dash="solid" if r["steps"] == runs[0]["steps"] else "dash"),
             hovertemplate=f"{label}: %{{y:.3f}} bits/byte after %{{x:,}} bytes<extra></extra>"))
     style(fig, title="", x_title="training bytes seen", y_title="validation bits per byte",
-          height=540)
+          height=640)
     tops = [t.y[1] for t in fig.data if len(t.y) > 1]
     low = min(min(t.y) for t in fig.data)
     fig.update_yaxes(range=[round(max(0.0, low - 0.15), 3), round(max(tops) + 0.2, 3)])
-    fig.update_layout(margin=dict(t=150))
+    fig.update_layout(margin=dict(t=210))  # room for a legend of a dozen runs on a phone
     for name, value in (data.get("baselines") or {}).items():
         fig.add_hline(y=value, line=dict(color="#888", dash="dot", width=1))
         fig.add_annotation(x=1.0, xref="paper", xanchor="right", y=value, yanchor="bottom",
