@@ -3,7 +3,7 @@
 The build runs once per session (a temporary output folder); the browser tests open every
 built page in one headless Debian Chromium, driven by Playwright: at 1400 px (no request
 leaves the site, no page error, math renders, no script blocks the first paint, a chapter
-page weighs at most 4 MB, no raw MyST markup is left in the text, every slider moves its
+page weighs at most 4 MiB, no raw MyST markup is left in the text, every slider moves its
 figure from the keyboard, no figure's text collides or is cut) and at 390 px (no page scrolls
 sideways, no figure's text collides or is cut, in light mode and then in dark, where no figure
 or picture stays on a white card).  Figure layout is measured by ``tests/book_audit.py``.
@@ -266,8 +266,8 @@ _LIGHT_CARDS_JS = r"""
 }
 """
 
-#: A chapter page transfers at most this much (everything it loads, uncompressed).
-MAX_CHAPTER_BYTES = 4_000_000
+#: A chapter page transfers at most this much (everything it loads, uncompressed): 4 MiB.
+MAX_CHAPTER_BYTES = 4 * 1024 * 1024
 
 
 def _layout_problems(reports, width: int) -> list[str]:
@@ -284,7 +284,7 @@ def _layout_problems(reports, width: int) -> list[str]:
 def test_every_page_at_1400_px(site, browser, capsys):
     """Every page opens with no request leaving the site and no error, renders its math, has no
     script blocking the first paint and no raw MyST markup; a chapter page weighs at most
-    4 MB; no figure's text collides or is cut; every slider moves its figure from the keyboard."""
+    4 MiB; no figure's text collides or is cut; every slider moves its figure from the keyboard."""
     html, _ = site
     base, b = browser
     problems: list[str] = []

@@ -334,7 +334,9 @@ def _page_context(app, pagename, templatename, context, doctree):
         app.add_js_file(SEARCH_JS, priority=900, loading_method="defer")
     scripts = context.get("script_files")
     if scripts:
-        has_math = 'class="math' in body or "\\(" in body or "\\[" in body or "$$" in body
+        # MathJax typesets only elements of class "math" here (the page's sections carry
+        # mathjax_ignore): a page without one needs no MathJax
+        has_math = 'class="math' in body
         seen, unique = set(), []
         for s in scripts:
             if not has_math and _is_math_script(s):
