@@ -17,13 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[01][0-9]_*.ipynb"))
 KINDS = ("predict, then check", "derive", "change the code")
 HEADING = re.compile(r"^### Exercise (\d+)\.(\d+) · (.+?)\s*$", re.M)
-#: Chapters whose Exercises section has not been placed yet, each with what is left: an
-#: expected failure (not strict), so the list can only shrink.
-PENDING = {
-    "11_text": "the solutions exist and are tested (gpt2k3.book.exercises.ch11, "
-               "tests/test_exercises_ch11.py); the section is placed when the chapter moves to the "
-               "longer run's results",
-}
+PENDING: dict[str, str] = {}  # chapters whose Exercises section is not placed yet, with what is left
 
 
 def exercise_cells(path: Path):
