@@ -22,9 +22,12 @@ at the training length that the run reports (a tie goes to the lower rate). That
 0; seeds 1 and 2 train at the chosen rate. (A shorter trial would mislead: GPT-2 sits on its
 plateau for about a million bytes, longer than a quarter of the budget.)
 
-**Resumable.** Every finished run is written to the results file at once (atomically: a kill
-never leaves half a file), and a restart reads the file, keeps every finished run and trains
-only the missing ones, so the benchmark can span several sittings. A restart with other settings
+**Resumable, and shared by workers.** Every finished run is written to the results file at once
+(atomically: a kill never leaves half a file), and a restart reads the file, keeps every finished
+run and trains only the missing ones, so the benchmark can span several sittings. Several
+processes may work on one file at once (one per core): each takes the next run that no live
+process has claimed, under a lock on the file, and merges what it finished with what the others
+wrote. A restart with other settings
 is refused (move the file away, or ``--redo`` some models). Each run records the machine, the
 commit and the uncommitted files of ``src/`` and ``benchmarks/``, its start and end times, its
 wall time and the load average (``os.getloadavg``) before and after it.
@@ -47,12 +50,14 @@ any text file instead (its last tenth held out).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -300,6 +305,64 @@ def lr_choices(sweep: list[dict], plan: Plan) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ workers sharing one file
+@contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock on ``path``'s lock file: one process at a time reads and
+    rewrites the results and the claims."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_claims(path: Path) -> dict:
+    """The runs that live processes of this machine are training: ``{job: claim}``. A claim of
+    a process that has died, or of another machine, is void (its run was never written)."""
+    file = path.with_name(path.name + ".claims")
+    claims = json.loads(file.read_text()) if file.exists() else {}
+    return {job: c for job, c in claims.items()
+            if c.get("host") == platform.node() and _alive(c.get("pid", -1))}
+
+
+def write_claims(path: Path, claims: dict) -> None:
+    file = path.with_name(path.name + ".claims")
+    if claims:
+        write_atomically(file, claims)
+    elif file.exists():
+        file.unlink()
+
+
+def stored_runs(path: Path) -> tuple[list, list, dict]:
+    """``(rate trials, other runs, sessions and updates)`` of a results file (empty if none)."""
+    if not path.exists():
+        return [], [], {}
+    stored = json.loads(path.read_text())
+    sweep = stored.get("sweep", [])
+    trials = {(r["mixer"], r["seed"], r["lr"]) for r in sweep}  # shown in runs too: kept once
+    runs = [r for r in stored.get("runs", []) if (r["mixer"], r["seed"], r.get("lr")) not in trials]
+    return sweep, runs, {k: stored[k] for k in ("sessions", "updates", "checkpoint") if k in stored}
+
+
+def merged(mine: list, theirs: list, key) -> list:
+    """The records of ``mine`` and of ``theirs``, each key once (``mine`` first)."""
+    seen = {key(r) for r in mine}
+    return mine + [r for r in theirs if key(r) not in seen]
+
+
 # ------------------------------------------------------------------ one run
 def one_run(plan: Plan, m: str, seed: int, lr: float, train: torch.Tensor, val: torch.Tensor,
             repeats: list, bins: dict, save: Path | None):
@@ -452,33 +515,45 @@ def main(argv=None) -> Path:
         print(f"wrote eval_baselines into {path}")
         return path
 
-    sweep, runs, extra = [], [], {}
-    if path.exists():
-        stored = json.loads(path.read_text())
-        if diffs := _same_settings(stored, head):
-            p.error(f"{path} holds runs with other settings ({', '.join(diffs)}); move it away "
-                    "to start afresh")
-        sweep = stored.get("sweep", [])
-        trials = {(r["mixer"], r["seed"], r["lr"]) for r in sweep}  # shown in runs too: kept once
-        runs = [r for r in stored.get("runs", []) if (r["mixer"], r["seed"], r.get("lr")) not in trials]
-        extra = {k: stored[k] for k in ("sessions", "updates", "checkpoint") if k in stored}
-        if args.redo:
-            redo = args.redo.split(",")
-            runs = [r for r in runs if r["mixer"] not in redo]
-            sweep = [r for r in sweep if r["mixer"] not in redo]
-            extra["updates"] = extra.get("updates", []) + [{"mixers": redo, "command": command,
-                                                            "machine": head["machine"]}]
-        print(f"resuming {path}: {len(sweep)} rate trials and {len(runs)} other runs kept", flush=True)
-    extra["sessions"] = extra.get("sessions", []) + [{"started": _now(), "command": command,
-                                                      "machine": head["machine"], **provenance()}]
+    with locked(path):
+        sweep, runs, extra = stored_runs(path)
+        if path.exists():
+            if diffs := _same_settings(json.loads(path.read_text()), head):
+                p.error(f"{path} holds runs with other settings ({', '.join(diffs)}); move it "
+                        "away to start afresh")
+            if args.redo:
+                redo = args.redo.split(",")
+                runs = [r for r in runs if r["mixer"] not in redo]
+                sweep = [r for r in sweep if r["mixer"] not in redo]
+                extra["updates"] = extra.get("updates", []) + [
+                    {"mixers": redo, "command": command, "machine": head["machine"]}]
+            print(f"resuming {path}: {len(sweep)} rate trials and {len(runs)} other runs kept",
+                  flush=True)
+        session = {"started": _now(), "command": command, "machine": head["machine"],
+                   "pid": os.getpid(), **provenance()}
+        extra["sessions"] = extra.get("sessions", []) + [session]
     order = {m: i for i, m in enumerate(plan.mixers)}
     bins = {n: text_lm.position_bins(n) for n in plan.model.lengths}
+    trial_key, run_key = (lambda r: (r["mixer"], r["lr"])), (lambda r: (r["mixer"], r["seed"]))
 
     def chosen():
         """Every run the chapter reads: each model's best run of the sweep, and the others."""
         best = [b for m in plan.mixers if (b := choose_lr(sweep, m, plan.sweep_lrs or ()))] \
             if plan.sweep_lrs else []
         return best + runs
+
+    def sync():
+        """Merge what the other workers wrote since (call under the lock)."""
+        nonlocal sweep, runs
+        theirs_sweep, theirs_runs, theirs = stored_runs(path)
+        sweep, runs = merged(sweep, theirs_sweep, trial_key), merged(runs, theirs_runs, run_key)
+        for name in ("sessions", "updates"):
+            ours = extra.get(name, [])
+            both = theirs.get(name, []) + [x for x in ours if x not in theirs.get(name, [])]
+            if both:
+                extra[name] = both
+        if "checkpoint" in theirs and "checkpoint" not in extra:
+            extra["checkpoint"] = theirs["checkpoint"]
 
     def save_all():
         shown = chosen()
@@ -498,30 +573,57 @@ def main(argv=None) -> Path:
               f"{record['tokens_per_second']:.0f} bytes/s; {record['wall_seconds']:.0f} s, "
               f"load {record['machine']['load_before'][0]}", flush=True)
 
-    save_all()
+    with locked(path):
+        sync()
+        save_all()
     later = [s for s in plan.seeds if not (plan.sweep_lrs and s == plan.sweep_seed)]
     jobs = [("sweep", m, plan.sweep_seed, lr) for m in plan.mixers for lr in (plan.sweep_lrs or ())]
     jobs += [("run", m, s, None) for s in later for m in plan.mixers]  # seed-major
     total = len(jobs)
     save = Path(args.save) if args.save else None
-    for k, (phase, m, seed, lr) in enumerate(jobs, 1):
+
+    def done(job) -> bool:
+        phase, m, seed, lr = job
         if phase == "sweep":
-            if any(r["mixer"] == m and r["lr"] == lr for r in sweep):
-                continue
-            _, record = one_run(plan, m, seed, lr, train, val, repeats, bins, save)
-            sweep.append(record)
-            save_all()
-            report(k, f"{m} seed {seed} lr {lr:g} (rate trial)", record)
+            return any(trial_key(r) == (m, lr) for r in sweep)
+        return any(run_key(r) == (m, seed) for r in runs)
+
+    def ready(job) -> bool:  # a later seed waits for its model's rate
+        return job[0] == "sweep" or not plan.sweep_lrs or \
+            choose_lr(sweep, job[1], plan.sweep_lrs) is not None
+
+    while True:
+        with locked(path):
+            sync()
+            claims = live_claims(path)
+            todo = [j for j in jobs if not done(j)]
+            free = [j for j in todo if ready(j) and repr(j) not in claims]
+            if free:
+                job = free[0]
+                claims[repr(job)] = {"pid": os.getpid(), "host": platform.node(),
+                                     "started": _now()}
+            write_claims(path, claims)
+        if not todo:
+            break
+        if not free:  # the rest waits for other workers' rate trials
+            time.sleep(30)
             continue
-        if any(r["mixer"] == m and r["seed"] == seed for r in runs):
-            continue
-        lr = choose_lr(sweep, m, plan.sweep_lrs)["lr"] if plan.sweep_lrs else plan.train.lr
+        phase, m, seed, lr = job
+        k = jobs.index(job) + 1
+        if phase == "run":
+            lr = choose_lr(sweep, m, plan.sweep_lrs)["lr"] if plan.sweep_lrs else plan.train.lr
         run, record = one_run(plan, m, seed, lr, train, val, repeats, bins, save)
-        runs.append(record)
-        if plan.ship_checkpoint and m == text_lm.REFERENCE and seed == 0:
-            extra["checkpoint"] = ship_gpt2(run, record, plan.sample)
-        save_all()
-        report(k, f"{m} seed {seed} lr {lr:g}", record)
+        with locked(path):
+            sync()
+            (sweep if phase == "sweep" else runs).append(record)
+            if plan.ship_checkpoint and m == text_lm.REFERENCE and seed == 0 and phase == "run":
+                extra["checkpoint"] = ship_gpt2(run, record, plan.sample)
+            save_all()
+            claims = live_claims(path)
+            claims.pop(repr(job), None)
+            write_claims(path, claims)
+        report(k, f"{m} seed {seed} lr {lr:g}" + (" (rate trial)" if phase == "sweep" else ""),
+               record)
     print(f"done: {len(sweep)} rate trials and {len(runs)} other runs; wrote {path}", flush=True)
     return path
 

@@ -542,6 +542,33 @@ def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
     assert grown["complete"] and {r["mixer"] for r in grown["runs"]} == {"softmax", "deltanet", "gpt2_fan_in"}
 
 
+def test_two_workers_share_one_results_file(tmp_path):
+    """Two processes of the tiny benchmark on one file at once: every run is trained by one of
+    them, exactly once, and the file ends complete, holding both sessions."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    corpus_file = tmp_path / "text.txt"
+    corpus_file.write_text("\n".join(_LINES * 60) + "\n")
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
+           "--text", str(corpus_file), "--out", str(out)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outputs]
+    trained = [line for o, _ in outputs for line in o.splitlines() if line.startswith("[")]
+    assert len(trained) == len(set(trained)) == 2 * 2 + 2  # each run once, by one worker
+    data = json.loads(out.read_text())
+    assert data["complete"] and len(data["sessions"]) == 2
+    assert len({(r["mixer"], r["lr"]) for r in data["sweep"]}) == len(data["sweep"]) == 4
+    assert sorted((r["mixer"], r["seed"]) for r in data["runs"]) == [
+        ("deltanet", 0), ("deltanet", 1), ("softmax", 0), ("softmax", 1)]
+    assert not out.with_name(out.name + ".claims").exists()  # no claim outlives its run
+
+
 # ------------------------------------------------------------------ chapter 11's new figures
 @pytest.fixture(scope="module")
 def tiny_results(tmp_path_factory):
