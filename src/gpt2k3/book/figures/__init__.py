@@ -85,3 +85,10 @@ from gpt2k3.book.figures.text import (text_curves, text_memory, text_models_tabl
 __all__ += [  # chapter 11
     "text_summary", "text_table", "text_models_table", "text_curves", "text_position_loss",
     "text_memory", "text_samples_html", "text_run"]
+
+from gpt2k3.book.figures.optimizers import (lr_trial_table, max_logit_curves,  # noqa: E402
+    optimizer_curves, optimizer_summary, optimizer_table)
+
+__all__ += [  # chapter 11's optimizer experiment (constants: gpt2k3.book.figures.optimizers)
+    "optimizer_summary", "optimizer_table", "lr_trial_table", "optimizer_curves",
+    "max_logit_curves"]

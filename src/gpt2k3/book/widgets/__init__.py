@@ -49,6 +49,8 @@ from gpt2k3.book.widgets.recall import train_explorer  # noqa: E402
 
 __all__ += ["train_explorer"]  # chapter 10
 
-from gpt2k3.book.widgets.text import sample_explorer, text_results_explorer, text_train_explorer  # noqa: E402
+from gpt2k3.book.widgets.text import (optimizer_explorer, sample_explorer,  # noqa: E402
+    text_results_explorer, text_train_explorer)
 
-__all__ += ["text_results_explorer", "sample_explorer", "text_train_explorer"]  # chapter 11
+__all__ += ["text_results_explorer", "sample_explorer", "text_train_explorer",
+            "optimizer_explorer"]  # chapter 11

@@ -5,6 +5,8 @@ and a language model trained here.
   position, cache against quality) and the evaluation length;
 * :func:`sample_explorer` -- the small GPT-2 trained in this chapter (shipped with the package,
   :func:`gpt2k3.experiments.checkpoint.load_gpt2`) continues any prompt at any temperature and seed;
+* :func:`optimizer_explorer` -- the optimizer experiment (AdamW, Muon, QK-clip) re-plotted:
+  validation loss or the largest attention logit, any arms, any seed;
 * :func:`text_train_explorer` -- train any model for a few steps on the King James Bible on this
   CPU and put its validation curve next to the recorded run's (needs the ``bible`` program,
   ``apt-get install bible-kjv``).
@@ -22,7 +24,8 @@ from gpt2k3.book.results import load
 from gpt2k3.book.widgets._explorer import Explorer, explorer
 from gpt2k3.experiments import checkpoint, text_lm
 
-__all__ = ["text_results_explorer", "sample_explorer", "text_train_explorer", "VIEWS"]
+__all__ = ["text_results_explorer", "sample_explorer", "text_train_explorer", "optimizer_explorer",
+           "VIEWS", "OPTIMIZER_VIEWS"]
 
 #: The views of :func:`text_results_explorer`.
 VIEWS = ("training curves", "loss by position", "cache against quality")
@@ -146,3 +149,35 @@ def text_train_explorer(data: Mapping | None = None) -> Explorer:
 
     return explorer({"mixer": mixer, "seed": seed, "steps": steps, "train": train}, render,
                     title="Train it yourself: a byte-level language model on this CPU")
+
+
+#: The views of :func:`optimizer_explorer`.
+OPTIMIZER_VIEWS = ("validation loss", "largest attention logit")
+
+
+def optimizer_explorer(data: Mapping | None = None) -> Explorer:
+    """The optimizer experiment's two figures over any subset of its arms: *view* picks the
+    figure, *arms* the lines, *showing* the seed (or the seeds' mean, or for the logits their
+    largest). ``data`` defaults to ``optimizers.json``."""
+    from gpt2k3.book.figures import optimizers as ofigs
+
+    data = load("optimizers.json") if data is None else data
+    seeds = ofigs.arm_runs(data)[ofigs.ARMS[0]]
+    style = {"description_width": "initial"}
+    view = W.Dropdown(options=list(OPTIMIZER_VIEWS), value=OPTIMIZER_VIEWS[0], description="view",
+                      style=style)
+    arms = W.SelectMultiple(options=[(ofigs.ARM_LABELS[a], a) for a in ofigs.ARMS],
+                            value=ofigs.ARMS, description="arms", rows=4, style=style)
+    showing = W.Dropdown(options=[("all seeds (mean, or largest)", 0)]
+                         + [(f"seed {r['seed']}", i + 1) for i, r in enumerate(seeds)],
+                         value=0, description="showing", style=style)
+
+    def render(view, arms, showing):
+        if view == OPTIMIZER_VIEWS[0]:
+            return ofigs.optimizer_curves(data, arms, active=showing)
+        if view == OPTIMIZER_VIEWS[1]:
+            return ofigs.max_logit_curves(data, arms, active=showing)
+        raise ValueError(f"view must be one of {OPTIMIZER_VIEWS}, got {view!r}")
+
+    return explorer({"view": view, "arms": arms, "showing": showing}, render,
+                    title="AdamW, Muon and QK-clip, your way")

@@ -1,0 +1,187 @@
+"""Chapter 11's optimizer experiment: AdamW against Muon, with and without QK-clip.
+
+The builders read what ``benchmarks/optimizers.py`` writes (``benchmarks/results/
+optimizers.json``); nothing is trained here.
+
+* :func:`optimizer_table` -- per arm: the learning rate the rule chose, the validation bits per
+  byte of every seed, their mean and spread, the bytes to the target loss and the largest logit;
+* :func:`lr_trial_table` -- the learning-rate trials of both optimizers;
+* :func:`optimizer_curves` -- validation bits per byte against the bytes trained on;
+* :func:`max_logit_curves` -- the largest pre-softmax attention logit of every step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+
+__all__ = ["ARMS", "ARM_LABELS", "arm_runs", "optimizer_summary", "optimizer_table",
+           "lr_trial_table", "optimizer_curves", "max_logit_curves"]
+
+#: The four arms of the experiment, in the order the chapter shows them.
+ARMS = ("adamw", "muon", "adamw_qk", "muon_qk")
+ARM_LABELS = {"adamw": "AdamW", "muon": "Muon", "adamw_qk": "AdamW + QK-clip",
+              "muon_qk": "Muon + QK-clip (MuonClip)"}
+_COLORS = {"adamw": PALETTE[0], "muon": PALETTE[5], "adamw_qk": PALETTE[4], "muon_qk": PALETTE[1]}
+_DASH = {"adamw": "solid", "muon": "solid", "adamw_qk": "dash", "muon_qk": "dash"}
+
+
+def _check(data: Mapping) -> list[dict]:
+    try:
+        runs, settings = list(data["runs"]), data["settings"]
+        settings["steps"], settings["seeds"]
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"data must be the results of benchmarks/optimizers.py (missing {err})") \
+            from None
+    return runs
+
+
+def arm_runs(data: Mapping, arms: Sequence[str] = ARMS) -> dict[str, list[dict]]:
+    """The full runs of each of ``arms`` (those that have any), by seed."""
+    runs = _check(data)
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {list(arms)}")
+    out = {a: sorted((r for r in runs if r["phase"] == "full" and r["arm"] == a),
+                     key=lambda r: r["seed"]) for a in arms}
+    out = {a: rs for a, rs in out.items() if rs}
+    if not out:
+        raise ValueError("data holds no finished full run of these arms")
+    return out
+
+
+def optimizer_summary(data: Mapping) -> dict[str, dict]:
+    """Per arm: ``lr``, ``qk_clip``, ``val_bits`` (per seed), ``mean``, ``half_range`` (half the
+    spread of the seeds), ``max_logit`` (over every step of every seed), ``to_target`` (bytes to
+    the target loss on the seed-mean curve, ``None``: not reached or no target) and
+    ``steps_with_a_clip``."""
+    reach = (data.get("summary") or {}).get("tokens_to_target") or {}
+    out = {}
+    for arm, rs in arm_runs(data).items():
+        bits = [r["val_bits"] for r in rs]
+        out[arm] = {"lr": rs[0]["lr"], "qk_clip": rs[0]["qk_clip"], "seeds": [r["seed"] for r in rs],
+                    "val_bits": bits, "mean": statistics.fmean(bits),
+                    "half_range": (max(bits) - min(bits)) / 2,
+                    "max_logit": max(r["max_logit"] for r in rs),
+                    "to_target": (reach.get(arm) or {}).get("mean_curve"),
+                    "steps_with_a_clip": None if rs[0]["qk_clip"] is None else
+                    sum(sum(c > 0 for c in r["heads_clipped"]) for r in rs)}
+    return out
+
+
+def optimizer_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)`` of :func:`optimizer_summary` for :func:`gpt2k3.book.display.md_table`."""
+    summary = optimizer_summary(data)
+    target = (data.get("summary") or {}).get("target_bits")
+    headers = ["optimizer", "learning rate", "bits per byte, each seed", "mean ± half-range",
+               f"bytes to {target:.3f} bits" if target else "bytes to the target",
+               "largest logit"]
+    rows = []
+    for arm, s in summary.items():
+        clip = "" if s["qk_clip"] is None else f" (τ = {s['qk_clip']:g})"
+        rows.append([ARM_LABELS[arm] + clip, f"{s['lr']:g}",
+                     ", ".join(f"{b:.3f}" for b in s["val_bits"]),
+                     f"{s['mean']:.3f} ± {s['half_range']:.3f}",
+                     "not reached" if s["to_target"] is None else f"{s['to_target']:,.0f}",
+                     f"{s['max_logit']:.1f}"])
+    return headers, rows
+
+
+def lr_trial_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)``: the validation bits per byte of every learning-rate trial (seed 0,
+    the short budget), one column per optimizer; the chosen rate of each is starred."""
+    trials = [r for r in _check(data) if r["phase"] == "sweep"]
+    if not trials:
+        raise ValueError("data holds no learning-rate trial")
+    opts = [o for o in ("adamw", "muon") if any(r["arm"] == o for r in trials)]
+    best = {o: min((r for r in trials if r["arm"] == o), key=lambda r: (r["val_bits"], r["lr"]))["lr"]
+            for o in opts}
+    rows = []
+    for lr in sorted({r["lr"] for r in trials}):
+        row = [f"{lr:g}"]
+        for o in opts:
+            hit = [r["val_bits"] for r in trials if r["arm"] == o and r["lr"] == lr]
+            row.append("" if not hit else f"{hit[0]:.3f}" + (" *" if best[o] == lr else ""))
+        rows.append(row)
+    return ["peak learning rate", *[ARM_LABELS[o] for o in opts]], rows
+
+
+def _seed_views(rs: list[dict], values) -> list[list[float]]:
+    """Per slider view -- the mean over the seeds, then each seed -- the series ``values(run)``."""
+    series = [values(r) for r in rs]
+    mean = [statistics.fmean(col) for col in zip(*series)]
+    return [mean, *series]
+
+
+def optimizer_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0) -> go.Figure:
+    """Validation bits per byte against the bytes trained on, one line per arm; the slider
+    shows the mean over the seeds or one seed. Dotted: the target loss of the summary."""
+    by_arm = arm_runs(data, arms)
+    seeds = next(iter(by_arm.values()))
+    n_views = 1 + len(seeds)
+    fig = go.Figure()
+    views = {}
+    for arm, rs in by_arm.items():
+        x = [p["tokens"] for p in rs[0]["curve"]]
+        views[arm] = _seed_views(rs, lambda r: [p["bits"] for p in r["curve"]])
+        fig.add_trace(go.Scatter(
+            x=x, y=views[arm][0], mode="lines+markers", name=ARM_LABELS[arm],
+            marker=dict(size=4), line=dict(color=_COLORS[arm], dash=_DASH[arm], width=2),
+            hovertemplate=f"{ARM_LABELS[arm]}: %{{y:.3f}} bits/byte after %{{x:,}} bytes"
+                          "<extra></extra>"))
+    style(fig, title="", x_title="training bytes seen", y_title="validation bits per byte",
+          height=520)
+    low = min(min(min(v) for v in vs) for vs in views.values())
+    second = max(max(v[1] for v in vs) for vs in views.values())  # the first point after step 0
+    fig.update_yaxes(range=[round(low - 0.1, 3), round(second + 0.15, 3)])
+    target = (data.get("summary") or {}).get("target_bits")
+    if target:
+        fig.add_hline(y=target, line=dict(color="#888", dash="dot", width=1))
+        fig.add_annotation(x=1.0, xref="paper", xanchor="right", y=target, yanchor="bottom",
+                           showarrow=False, text=f"target {target:.3f}",
+                           font=dict(size=11, color="#666"))
+    labels = ["mean of the seeds"] + [f"seed {r['seed']}" for r in seeds]
+    steps = [Step(label=labels[v], data={"y": [views[a][v] for a in by_arm]},
+                  layout={"title.text": f"Validation loss by optimizer, {labels[v]}"})
+             for v in range(n_views)]
+    if not 0 <= active < n_views:
+        raise ValueError(f"active must be in [0, {n_views}), got {active}")
+    return add_slider(fig, steps, prefix="showing: ", active=active)
+
+
+def max_logit_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0) -> go.Figure:
+    """The largest pre-softmax attention logit of each training step's forward pass, over
+    every head and layer, one line per arm (log scale); the slider picks the seed, or the
+    largest over the seeds. Dotted: QK-clip's threshold."""
+    by_arm = arm_runs(data, arms)
+    seeds = next(iter(by_arm.values()))
+    fig = go.Figure()
+    views = {}
+    for arm, rs in by_arm.items():
+        per_seed = [r["max_logits"] for r in rs]
+        views[arm] = [[max(col) for col in zip(*per_seed)], *per_seed]
+        fig.add_trace(go.Scatter(
+            x=list(range(1, len(per_seed[0]) + 1)), y=views[arm][0], mode="lines",
+            name=ARM_LABELS[arm], line=dict(color=_COLORS[arm], dash=_DASH[arm], width=2),
+            hovertemplate=f"{ARM_LABELS[arm]}: largest logit %{{y:.2f}} at step %{{x}}"
+                          "<extra></extra>"))
+    style(fig, title="", x_title="training step", y_title="largest attention logit", height=520)
+    fig.update_yaxes(type="log")
+    taus = {r["qk_clip"] for rs in by_arm.values() for r in rs if r["qk_clip"] is not None}
+    for tau in sorted(taus):
+        fig.add_hline(y=tau, line=dict(color="#888", dash="dot", width=1))
+        fig.add_annotation(x=0.0, xref="paper", xanchor="left", y=tau, yanchor="bottom",
+                           showarrow=False, text=f"QK-clip threshold τ = {tau:g}",
+                           font=dict(size=11, color="#666"))
+    labels = ["largest over the seeds"] + [f"seed {r['seed']}" for r in seeds]
+    n_views = len(labels)
+    if not 0 <= active < n_views:
+        raise ValueError(f"active must be in [0, {n_views}), got {active}")
+    steps = [Step(label=labels[v], data={"y": [views[a][v] for a in by_arm]},
+                  layout={"title.text": f"Largest attention logit per step, {labels[v]}"})
+             for v in range(n_views)]
+    return add_slider(fig, steps, prefix="showing: ", active=active)

@@ -1,0 +1,99 @@
+"""Chapter 11's optimizer figures and tables, on a results file written by hand: every number
+they show is checked against the hand-written runs."""
+
+import pytest
+
+from gpt2k3.book.figures import optimizers as ofigs
+
+
+def _run(arm, seed, bits, logits, clip=None, lr=4e-3):
+    curve = [{"step": s, "tokens": s * 100, "bits": b} for s, b in zip((0, 10, 20), bits)]
+    return {"phase": "full", "arm": arm, "lr": lr, "seed": seed, "qk_clip": clip,
+            "val_bits": bits[-1], "curve": curve, "max_logits": logits,
+            "max_logit": max(logits), "heads_clipped": None if clip is None else
+            [int(v > clip) for v in logits]}
+
+
+@pytest.fixture
+def data():
+    runs = [_run("adamw", 0, (8.0, 3.0, 2.6), [1.0, 5.0, 9.0]),
+            _run("adamw", 1, (8.0, 3.2, 2.8), [1.0, 4.0, 11.0]),
+            _run("muon", 0, (8.0, 2.9, 2.5), [1.0, 2.0, 3.0], lr=8e-3),
+            _run("muon", 1, (8.0, 2.9, 2.3), [1.0, 2.0, 2.5], lr=8e-3),
+            _run("adamw_qk", 0, (8.0, 3.0, 2.6), [1.0, 5.0, 6.0], clip=5.5),
+            _run("adamw_qk", 1, (8.0, 3.2, 2.8), [1.0, 4.0, 5.0], clip=5.5)]
+    sweep = [{"phase": "sweep", "arm": o, "lr": lr, "seed": 0, "val_bits": b}
+             for o, lr, b in (("adamw", 4e-3, 2.9), ("adamw", 8e-3, 3.1),
+                              ("muon", 4e-3, 2.8), ("muon", 8e-3, 2.7))]
+    return {"settings": {"steps": 20, "seeds": 2}, "runs": sweep + runs,
+            "summary": {"target_bits": 2.7,
+                        "tokens_to_target": {"adamw": {"mean_curve": None},
+                                             "muon": {"mean_curve": 1750.0}}}}
+
+
+def test_the_summary_is_the_runs(data):
+    s = ofigs.optimizer_summary(data)
+    assert list(s) == ["adamw", "muon", "adamw_qk"]  # an arm with no run is left out
+    assert s["adamw"]["val_bits"] == [2.6, 2.8] and s["adamw"]["mean"] == pytest.approx(2.7)
+    assert s["adamw"]["half_range"] == pytest.approx(0.1)
+    assert s["adamw"]["max_logit"] == 11.0 and s["muon"]["lr"] == 8e-3
+    assert s["muon"]["to_target"] == 1750.0 and s["adamw"]["to_target"] is None
+    assert s["adamw_qk"]["steps_with_a_clip"] == 1 and s["adamw"]["steps_with_a_clip"] is None
+    headers, rows = ofigs.optimizer_table(data)
+    assert headers[4] == "bytes to 2.700 bits"
+    assert rows[0] == ["AdamW", "0.004", "2.600, 2.800", "2.700 ± 0.100", "not reached", "11.0"]
+    assert rows[1][4] == "1,750" and rows[2][0] == "AdamW + QK-clip (τ = 5.5)"
+
+
+def test_the_trial_table_stars_each_optimizers_best_rate(data):
+    headers, rows = ofigs.lr_trial_table(data)
+    assert headers == ["peak learning rate", "AdamW", "Muon"]
+    assert rows == [["0.004", "2.900 *", "2.800"], ["0.008", "3.100", "2.700 *"]]
+
+
+def test_the_curves_show_the_mean_and_each_seed(data):
+    fig = ofigs.optimizer_curves(data)
+    assert [t.name for t in fig.data] == ["AdamW", "Muon", "AdamW + QK-clip"]
+    steps = fig.layout.sliders[0].steps
+    assert [s.label for s in steps] == ["mean of the seeds", "seed 0", "seed 1"]
+    assert list(fig.data[0].y) == pytest.approx([8.0, 3.1, 2.7])  # the mean is shown first
+    assert steps[2].args[0]["y"][1] == pytest.approx([8.0, 2.9, 2.3])  # Muon, seed 1
+    assert list(fig.data[0].x) == [0, 1000, 2000]
+
+
+def test_the_logit_figure_shows_the_largest_and_the_threshold(data):
+    fig = ofigs.max_logit_curves(data, arms=("adamw", "adamw_qk"), active=2)
+    assert fig.layout.yaxis.type == "log"
+    assert list(fig.data[0].y) == [1.0, 4.0, 11.0]  # seed 1, as asked
+    steps = fig.layout.sliders[0].steps
+    assert steps[0].args[0]["y"][0] == [1.0, 5.0, 11.0]  # the largest over the seeds, per step
+    assert any("τ = 5.5" in a.text for a in fig.layout.annotations)
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: ofigs.optimizer_curves({"runs": []}),
+    lambda d: ofigs.optimizer_curves(d, arms=("sgd",)),
+    lambda d: ofigs.optimizer_curves(d, arms=()),
+    lambda d: ofigs.optimizer_curves(d, arms=("muon_qk",)),  # no run of that arm
+    lambda d: ofigs.optimizer_curves(d, active=3),
+    lambda d: ofigs.max_logit_curves(d, active=-1),
+    lambda d: ofigs.lr_trial_table({**d, "runs": [r for r in d["runs"] if r["phase"] == "full"]}),
+])
+def test_bad_input_is_refused(data, call):
+    with pytest.raises(ValueError):
+        call(data)
+
+
+def test_the_explorer_redraws_every_view(data):
+    from gpt2k3.book.widgets.text import OPTIMIZER_VIEWS, optimizer_explorer
+
+    box = optimizer_explorer(data)
+    shown = []
+    for view in OPTIMIZER_VIEWS:
+        box.controls["view"].value = view
+        box.controls["showing"].value = 1
+        shown.append(box.current)
+    assert [type(x).__name__ for x in shown] == ["Figure", "Figure"]
+    assert shown[1].layout.yaxis.type == "log"
+    box.controls["arms"].value = ()
+    assert "Not a valid setting" in box.current.value
