@@ -122,6 +122,18 @@ def test_without_nesterov_the_buffer_itself_is_orthogonalised():
     assert muon.rms_match((4, 3)) == pytest.approx(0.2 * 2.0)
 
 
+def test_moonshots_sum_form_of_the_momentum_gives_the_same_directions():
+    """Moonshot writes M <- mu M + g and orthogonalises mu M + g (Nesterov); the reference's
+    average is that times (1 - mu) at every step, which the normalisation removes."""
+    gen = torch.Generator().manual_seed(5)
+    mu, buf, M = 0.95, torch.zeros(6, 4), torch.zeros(6, 4)
+    for _ in range(4):
+        g = torch.randn(6, 4, generator=gen)
+        ours = muon.muon_direction(g, buf, mu)
+        M = mu * M + g
+        assert torch.allclose(ours, newton_schulz(mu * M + g), atol=1e-5)
+
+
 def test_the_adamw_groups_equal_torch_adamw():
     gen = torch.Generator().manual_seed(5)
     init = [torch.randn(4, 3, generator=gen), torch.randn(3, generator=gen)]

@@ -103,6 +103,9 @@ def muon_direction(grad: torch.Tensor, buf: torch.Tensor, momentum: float,
     As in Keller Jordan's reference: ``buf <- momentum buf + (1 - momentum) grad``; with
     Nesterov momentum the step looks ahead, ``(1 - momentum) grad + momentum buf``. Either way
     the result is orthogonalised (:func:`newton_schulz`), which also removes its overall scale.
+    Moonshot's paper writes the buffer as a sum, ``M <- momentum M + grad``, and feeds
+    ``momentum M + grad`` to the iteration: from a zero buffer that is this one times
+    ``1 / (1 - momentum)`` at every step, a factor the normalisation removes.
     """
     buf.lerp_(grad, 1 - momentum)
     update = grad.lerp(buf, momentum) if nesterov else buf
