@@ -476,6 +476,19 @@ def test_a_model_that_reads_only_the_current_byte_scores_both_copies_alike():
 
 
 # ------------------------------------------------------------------ the benchmark resumes
+def _tiny_benchmark(tmp_path):
+    """The command that runs the tiny preset on a small text file, and its results file."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    corpus_file = tmp_path / "text.txt"
+    corpus_file.write_text("\n".join(_LINES * 60) + "\n")
+    out = tmp_path / "results.json"
+    return [sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
+            "--text", str(corpus_file), "--out", str(out)], out
+
+
 def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
     """Kill the tiny benchmark once its first run is written, restart it: every run written
     before the kill is kept as it was, only the missing ones train, and none appears twice."""
@@ -485,12 +498,7 @@ def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
     import time
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    corpus_file = tmp_path / "text.txt"
-    corpus_file.write_text("\n".join(_LINES * 60) + "\n")
-    out = tmp_path / "results.json"
-    cmd = [sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
-           "--text", str(corpus_file), "--out", str(out)]
+    cmd, out = _tiny_benchmark(tmp_path)
 
     def records():
         if not out.exists():
@@ -549,12 +557,7 @@ def test_two_workers_share_one_results_file(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    corpus_file = tmp_path / "text.txt"
-    corpus_file.write_text("\n".join(_LINES * 60) + "\n")
-    out = tmp_path / "results.json"
-    cmd = [sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
-           "--text", str(corpus_file), "--out", str(out)]
+    cmd, out = _tiny_benchmark(tmp_path)
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]

@@ -58,12 +58,15 @@ import torch.nn as nn
 from gpt2k3.checks import check_finite_number, check_instance, check_int, check_number
 from gpt2k3.layers.attention import CausalSelfAttention
 
-__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "NS_BAND", "newton_schulz", "rms_match",
+__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "NS_BAND", "newton_schulz", "rms_match",
            "muon_direction", "Muon", "muon_param_groups", "head_max_logits", "MaxLogits",
            "qk_clip"]
 
 #: The quintic's coefficients (Keller Jordan's reference ``zeropower_via_newtonschulz5``).
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+#: QK-clip's threshold in Kimi K2's pre-training (the K2 report, Section 2.1: "we train Kimi K2
+#: [...] using MuonClip with tau = 100").
+K2_QK_CLIP_TAU = 100.0
 #: Newton--Schulz steps per update (the reference's default).
 NS_STEPS = 5
 #: Where five steps put every singular value ``sigma`` of an input with ``sigma >= ||G||_F / 500``
