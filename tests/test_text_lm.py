@@ -494,9 +494,7 @@ def test_the_benchmark_resumes_after_a_kill_and_reruns_nothing(tmp_path):
     before the kill is kept as it was, only the missing ones train, and none appears twice."""
     import signal
     import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     cmd, out = _tiny_benchmark(tmp_path)
 
@@ -554,8 +552,6 @@ def test_two_workers_share_one_results_file(tmp_path):
     """Two processes of the tiny benchmark on one file at once: every run is trained by one of
     them, exactly once, and the file ends complete, holding both sessions."""
     import subprocess
-    import sys
-    from pathlib import Path
 
     cmd, out = _tiny_benchmark(tmp_path)
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
