@@ -18,8 +18,9 @@ random windows of the King James Bible's training books and scored on its held-o
 and every full run the same number of bytes.
 
 1. **Learning rates, by one rule for both optimizers**: each trains seed 0 for the short
-   budget ``--sweep-steps`` at every rate of ``--lrs``; the rate with the lowest final
-   validation bits per byte is that optimizer's.
+   budget ``--sweep-steps`` at every rate of ``--lrs``, and then, while its best rate is the
+   highest (or lowest) it tried, at twice (half) that rate (:func:`next_trial`); the rate with
+   the lowest final validation bits per byte is that optimizer's, always between two worse ones.
 2. **Full runs**: AdamW and Muon, each without and with QK-clip, ``--seeds`` seeds each,
    ``--steps`` steps. QK-clip's threshold is ``--tau``, or by default half the largest attention
    logit that the un-clipped runs of seed 0 reached (the larger of AdamW's and Muon's), so that
@@ -163,11 +164,25 @@ def summary(runs: list[dict], seeds: list[int]) -> dict:
     return out
 
 
-def plan(settings: dict) -> list[tuple[str, str, float | None, int]]:
-    """Every run, in order: ``(phase, arm, lr, seed)``; lr ``None``: the sweep's choice."""
-    todo = [("sweep", opt, lr, 0) for opt in ("adamw", "muon") for lr in settings["lrs"]]
-    todo += [("full", arm, None, s) for s in range(settings["seeds"]) for arm in ARMS]
-    return todo
+def next_trial(runs: list[dict], optimizer: str, lrs) -> float | None:
+    """The next learning rate ``optimizer`` must try, or ``None`` once its trials are done: every
+    rate of ``lrs``; then, while the best rate tried is the highest (lowest) tried, twice (half)
+    that rate, so the chosen rate always has a worse one on either side."""
+    tried = sorted(r["lr"] for r in runs if r["phase"] == "sweep" and r["arm"] == optimizer)
+    missing = [lr for lr in lrs if lr not in tried]
+    if missing:
+        return missing[0]
+    best = chosen_lr(runs, optimizer)
+    if best == tried[-1]:
+        return sig(2 * best)
+    if best == tried[0]:
+        return sig(best / 2)
+    return None
+
+
+def full_plan(settings: dict) -> list[tuple[str, int]]:
+    """The full runs, in order: ``(arm, seed)``, every arm of a seed before the next seed."""
+    return [(arm, s) for s in range(settings["seeds"]) for arm in ARMS]
 
 
 def chosen_lr(runs: list[dict], optimizer: str) -> float:
@@ -194,10 +209,18 @@ def experiment(data, settings: dict, out_name: str, tau: float | None = None,
     done = {r["key"] for r in results["runs"]}
     model = TextModelConfig(**settings["model"])
     start = time.perf_counter()
-    for phase, arm, lr, seed in plan(settings):
+
+    def jobs():
+        """Every run, in order, as the finished runs decide it: ``(phase, arm, lr, seed)``."""
+        for optimizer in ("adamw", "muon"):
+            while (lr := next_trial(results["runs"], optimizer, settings["lrs"])) is not None:
+                yield "sweep", optimizer, lr, 0
+        for arm, seed in full_plan(settings):
+            yield "full", arm, chosen_lr(results["runs"], arm.removesuffix("_qk")), seed
+
+    for phase, arm, lr, seed in jobs():
         steps = settings["sweep_steps"] if phase == "sweep" else settings["steps"]
         optimizer = arm.removesuffix("_qk")
-        lr = lr if lr is not None else chosen_lr(results["runs"], optimizer)
         key = run_key(phase, arm, lr, seed)
         if key in done:
             continue
@@ -217,10 +240,12 @@ def experiment(data, settings: dict, out_name: str, tau: float | None = None,
                   "wall_seconds": round(time.perf_counter() - t0, 2),
                   "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
         results["runs"].append(record)
+        done.add(key)
         results["summary"] = summary(results["runs"], list(range(settings["seeds"])))
-        results["complete"] = len(results["runs"]) == len(plan(settings))
+        full = {(r["arm"], r["seed"]) for r in results["runs"] if r["phase"] == "full"}
+        results["complete"] = full == set(full_plan(settings))
         write(out_name, results)
-        print(f"[{len(results['runs'])}/{len(plan(settings))}] {key}"
+        print(f"[{len(results['runs'])}] {key}"
               f"{'' if clip is None else f' tau={clip:g}'}: {record['val_bits']} bits/byte, "
               f"max logit {record['max_logit']}, {record['wall_seconds']:.0f} s", flush=True)
     print(f"{time.perf_counter() - start:.0f} s this session", flush=True)

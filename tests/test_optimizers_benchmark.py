@@ -41,7 +41,9 @@ def test_the_quick_run_writes_every_planned_run(quick):
     on_disk = json.loads((out / "optimizers_quick.json").read_text())
     assert on_disk["complete"] and on_disk["runs"] == results["runs"]
     settings = results["settings"]
-    assert len(results["runs"]) == 2 * len(settings["lrs"]) + len(bench.ARMS) * settings["seeds"]
+    sweep = [r for r in results["runs"] if r["phase"] == "sweep"]
+    assert len(results["runs"]) == len(sweep) + len(bench.ARMS) * settings["seeds"]
+    assert len(sweep) >= 2 * len(settings["lrs"])  # the grid, and any rate it grew by
     for run in results["runs"]:
         steps = run["steps"]
         assert len(run["losses"]) == len(run["max_logits"]) == steps
@@ -66,6 +68,28 @@ def test_the_learning_rates_follow_one_rule(quick):
     seed0 = [r["max_logit"] for r in results["runs"]
              if r["phase"] == "full" and r["arm"] in ("adamw", "muon") and r["seed"] == 0]
     assert taus == {bench.sig(0.5 * max(seed0), 2)}
+
+
+def test_the_rate_trials_grow_until_the_best_rate_is_inside_them():
+    bench = load_script()
+
+    def runs(bits):  # {lr: bits} of AdamW's trials
+        return [{"phase": "sweep", "arm": "adamw", "lr": lr, "val_bits": b} for lr, b in bits.items()]
+
+    grid = (1e-3, 2e-3)
+    assert bench.next_trial([], "adamw", grid) == 1e-3
+    assert bench.next_trial(runs({1e-3: 3.0}), "adamw", grid) == 2e-3
+    assert bench.next_trial(runs({1e-3: 3.0, 2e-3: 2.5}), "adamw", grid) == 4e-3  # best at the top
+    assert bench.next_trial(runs({1e-3: 2.5, 2e-3: 3.0}), "adamw", grid) == 5e-4  # at the bottom
+    assert bench.next_trial(runs({1e-3: 3.0, 2e-3: 2.5, 4e-3: 2.7}), "adamw", grid) is None
+    assert bench.next_trial(runs({1e-3: 3.0, 2e-3: 2.5, 4e-3: 2.7}), "muon", grid) == 1e-3
+
+
+def test_every_chosen_rate_has_a_worse_one_on_either_side(quick):
+    bench, _, results = quick
+    for opt in ("adamw", "muon"):
+        tried = sorted(r["lr"] for r in results["runs"] if r["phase"] == "sweep" and r["arm"] == opt)
+        assert tried[0] < bench.chosen_lr(results["runs"], opt) < tried[-1]
 
 
 def test_the_summary(quick):
