@@ -58,7 +58,7 @@ import torch.nn as nn
 from gpt2k3.checks import check_finite_number, check_instance, check_int, check_number
 from gpt2k3.layers.attention import CausalSelfAttention
 
-__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "NS_BAND", "newton_schulz", "rms_match",
+__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "NS_BAND", "newton_schulz", "rms_match",
            "muon_direction", "Muon", "muon_param_groups", "head_max_logits", "MaxLogits",
            "qk_clip"]
 
@@ -67,6 +67,20 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 #: QK-clip's threshold in Kimi K2's pre-training (the K2 report, Section 2.1: "we train Kimi K2
 #: [...] using MuonClip with tau = 100").
 K2_QK_CLIP_TAU = 100.0
+#: What the K2 report (Section 2.1) and Moonshot's Muon paper say about the two behaviours
+#: chapter 11 measures, in their words.
+PUBLISHED_OBSERVATIONS = {
+    "logit_growth": {"quote": "the maximum attention logits quickly exceed a magnitude of 1000",
+                     "setting": "a mid-scale model, 9B activated and 53B total parameters, "
+                                "trained with plain Muon",
+                     "source": "Kimi Team 2025, 'Kimi K2: Open Agentic Intelligence' "
+                               "(arXiv:2507.20534), Section 2.1"},
+    "same_lr": {"quote": "Muon can directly reuse the learning rate and weight decay tuned for "
+                         "AdamW",
+                "setting": "with the update scaled by 0.2 sqrt(max(A, B))",
+                "source": "Liu et al. 2025, 'Muon is Scalable for LLM Training' "
+                          "(arXiv:2502.16982), beside its update-scale rule (Eq. 4)"},
+}
 #: Newton--Schulz steps per update (the reference's default).
 NS_STEPS = 5
 #: Where five steps put every singular value ``sigma`` of an input with ``sigma >= ||G||_F / 500``
