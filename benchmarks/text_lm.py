@@ -18,7 +18,9 @@ first time).
 
 **The learning-rate rule** (preset ``chapter``): every model gets the best of three peak learning
 rates, each tried once on seed 0 with the full budget, judged by the validation bits per byte
-at the training length that the run reports (a tie goes to the lower rate). That run is the model's seed
+at the training length that the run reports (a tie goes to the lower rate); while the best is
+the highest (lowest) rate tried, the next rate of the 1-3-10 grid above (below) it is tried too
+(:func:`next_rate`), so the chosen rate always has a worse one on either side. That run is the model's seed
 0; seeds 1 and 2 train at the chosen rate. (A shorter trial would mislead: GPT-2 sits on its
 plateau for about a million bytes, longer than a quarter of the budget.)
 
@@ -52,6 +54,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import os
 import platform
 import subprocess
@@ -227,10 +230,11 @@ def header(plan: Plan, name: str, train: torch.Tensor, val: torch.Tensor, descri
     if plan.sweep_lrs:
         out["config"]["lr_rule"] = {
             "lrs": list(plan.sweep_lrs), "seed": plan.sweep_seed,
-            "rule": "every rate trains the seed once with the full budget; the one with the lowest "
-                    "validation bits per byte at the training length (val_bits, the number the "
-                    "run reports) is the model's rate, and that run is its run of this seed; a "
-                    "tie goes to the lower rate"}
+            "rule": "every rate trains the seed once with the full budget; while the best is the "
+                    "highest (lowest) rate tried, the next rate of the 1-3-10 grid above (below) "
+                    "it trains too; the one with the lowest validation bits per byte at the "
+                    "training length (val_bits, the number the run reports) is the model's rate, "
+                    "and that run is its run of this seed; a tie goes to the lower rate"}
     models = {}
     for m in plan.mixers:
         net = text_lm.build_model(m, model, 0)
@@ -262,6 +266,8 @@ def _same_settings(old: dict, new: dict) -> list[str]:
         a, b = old["config"].get(key), new["config"].get(key)
         if key == "mixers" and isinstance(a, list) and isinstance(b, list):
             same = set(a) <= set(b)
+        elif key == "lr_rule" and isinstance(a, dict) and isinstance(b, dict):
+            same = (a.get("lrs"), a.get("seed")) == (b.get("lrs"), b.get("seed"))
         elif isinstance(a, dict) and isinstance(b, dict) and key in defaults:
             gained = {k: v for k, v in b.items() if k not in a}
             same = {k: b[k] for k in a if k in b} == a and \
@@ -286,13 +292,39 @@ def _final_bits(record: dict) -> float:
     return record["val_bits"]
 
 
+def beyond(lr: float, up: bool) -> float:
+    """The next rate of the 1-3-10 grid above (``up``) or below ``lr``: 1e-2 -> 3e-2 -> 1e-1."""
+    exponent = math.floor(math.log10(lr) + 1e-9)
+    first = lr / 10 ** exponent >= 2  # a 3 (else a 1) times a power of ten
+    if up:
+        return float(f"{1 if first else 3}e{exponent + 1 if first else exponent}")
+    return float(f"{1 if first else 3}e{exponent if first else exponent - 1}")
+
+
+def next_rate(sweep: list[dict], mixer: str, lrs) -> float | None:
+    """The next rate ``mixer`` must try, or ``None`` once its trials are done: every rate of
+    ``lrs``; then, while the best rate tried is the highest (lowest) tried, the next rate of
+    the grid above (below) it, so the chosen rate always has a worse one on either side."""
+    done = {r["lr"]: r for r in sweep if r["mixer"] == mixer}
+    missing = [lr for lr in lrs if lr not in done]
+    if missing:
+        return missing[0]
+    tried = sorted(done)
+    best = min(tried, key=lambda lr: _final_bits(done[lr]))
+    if best == tried[-1]:
+        return beyond(best, up=True)
+    if best == tried[0]:
+        return beyond(best, up=False)
+    return None
+
+
 def choose_lr(sweep: list[dict], mixer: str, lrs) -> dict | None:
     """The rule: ``mixer``'s run of ``sweep`` with the lowest final validation bits (a tie to the
-    lower rate); ``None`` until every rate of ``lrs`` has run."""
-    done = {r["lr"]: r for r in sweep if r["mixer"] == mixer}
-    if any(lr not in done for lr in lrs):
+    lower rate); ``None`` until its trials are done (:func:`next_rate`)."""
+    if next_rate(sweep, mixer, lrs) is not None:
         return None
-    return done[min(sorted(lrs), key=lambda lr: _final_bits(done[lr]))]
+    done = {r["lr"]: r for r in sweep if r["mixer"] == mixer}
+    return done[min(sorted(done), key=lambda lr: _final_bits(done[lr]))]
 
 
 def lr_choices(sweep: list[dict], plan: Plan) -> dict:
@@ -592,11 +624,18 @@ def main(argv=None) -> Path:
         return job[0] == "sweep" or not plan.sweep_lrs or \
             choose_lr(sweep, job[1], plan.sweep_lrs) is not None
 
+    def grown():  # rate trials beyond the grid, as the finished trials ask for them
+        if not plan.sweep_lrs:
+            return []
+        return [("sweep", m, plan.sweep_seed, lr) for m in plan.mixers
+                if all(any(trial_key(r) == (m, g) for r in sweep) for g in plan.sweep_lrs)
+                and (lr := next_rate(sweep, m, plan.sweep_lrs)) is not None]
+
     while True:
         with locked(path):
             sync()
             claims = live_claims(path)
-            todo = [j for j in jobs if not done(j)]
+            todo = [j for j in jobs + grown() if not done(j)]
             free = [j for j in todo if ready(j) and repr(j) not in claims]
             if free:
                 job = free[0]
@@ -609,7 +648,7 @@ def main(argv=None) -> Path:
             time.sleep(30)
             continue
         phase, m, seed, lr = job
-        k = jobs.index(job) + 1
+        k = jobs.index(job) + 1 if job in jobs else len(jobs) + 1
         if phase == "run":
             lr = choose_lr(sweep, m, plan.sweep_lrs)["lr"] if plan.sweep_lrs else plan.train.lr
         run, record = one_run(plan, m, seed, lr, train, val, repeats, bins, save)
