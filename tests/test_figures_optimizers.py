@@ -7,9 +7,10 @@ from gpt2k3.book.figures import optimizers as ofigs
 
 
 def _run(arm, seed, bits, logits, clip=None, lr=4e-3):
+    losses = [3.0] * 60 + [3.0 + 0.1 * seed]  # the last step jumps by a tenth of a bit a seed
     curve = [{"step": s, "tokens": s * 100, "bits": b} for s, b in zip((0, 10, 20), bits)]
     return {"phase": "full", "arm": arm, "lr": lr, "seed": seed, "qk_clip": clip,
-            "val_bits": bits[-1], "curve": curve, "max_logits": logits,
+            "val_bits": bits[-1], "curve": curve, "losses": losses, "max_logits": logits,
             "max_logit": max(logits), "heads_clipped": None if clip is None else
             [int(v > clip) for v in logits]}
 
@@ -38,11 +39,21 @@ def test_the_summary_is_the_runs(data):
     assert s["adamw"]["half_range"] == pytest.approx(0.1)
     assert s["adamw"]["max_logit"] == 11.0 and s["muon"]["lr"] == 8e-3
     assert s["muon"]["to_target"] == 1750.0 and s["adamw"]["to_target"] is None
+    assert s["adamw"]["largest_jump"] == pytest.approx(0.1)
     assert s["adamw_qk"]["steps_with_a_clip"] == 1 and s["adamw"]["steps_with_a_clip"] is None
     headers, rows = ofigs.optimizer_table(data)
     assert headers[4] == "bytes to 2.700 bits"
     assert rows[0] == ["AdamW", "0.004", "2.600, 2.800", "2.700 ± 0.100", "not reached", "11.0"]
     assert rows[1][4] == "1,750" and rows[2][0] == "AdamW + QK-clip (τ = 5.5)"
+
+
+def test_the_largest_jump_is_measured_against_the_steps_before():
+    losses = [2.0, 4.0] * 30 + [9.0]  # noisy, then a spike
+    assert ofigs.largest_jump(losses, window=4, start=10) == pytest.approx(9.0 - 3.0)
+    assert ofigs.largest_jump(losses[:-1], window=4, start=10) == pytest.approx(1.0)
+    for bad in (dict(window=0), dict(window=60, start=50), dict(start=61)):
+        with pytest.raises(ValueError):
+            ofigs.largest_jump(losses, **bad)
 
 
 def test_the_trial_table_stars_each_optimizers_best_rate(data):

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 
-__all__ = ["ARMS", "ARM_LABELS", "arm_runs", "optimizer_summary", "optimizer_table",
+__all__ = ["ARMS", "ARM_LABELS", "arm_runs", "largest_jump", "optimizer_summary", "optimizer_table",
            "lr_trial_table", "optimizer_curves", "max_logit_curves"]
 
 #: The four arms of the experiment, in the order the chapter shows them.
@@ -54,11 +54,24 @@ def arm_runs(data: Mapping, arms: Sequence[str] = ARMS) -> dict[str, list[dict]]
     return out
 
 
+def largest_jump(losses: Sequence[float], window: int = 20, start: int = 50) -> float:
+    """How far a step's training loss rose above the median of the ``window`` steps before it,
+    at most, over the steps from ``start`` on (past the warm-up): a loss spike shows as a large
+    jump, batch-to-batch noise as a small one."""
+    if not isinstance(window, int) or not isinstance(start, int) or not 1 <= window <= start:
+        raise ValueError(f"window and start must be integers with 1 <= window <= start, "
+                         f"got {window!r} and {start!r}")
+    if len(losses) <= start:
+        raise ValueError(f"losses must hold more than start = {start} steps, got {len(losses)}")
+    return max(losses[t] - statistics.median(losses[t - window:t]) for t in range(start, len(losses)))
+
+
 def optimizer_summary(data: Mapping) -> dict[str, dict]:
     """Per arm: ``lr``, ``qk_clip``, ``val_bits`` (per seed), ``mean``, ``half_range`` (half the
     spread of the seeds), ``max_logit`` (over every step of every seed), ``to_target`` (bytes to
     the target loss on the seed-mean curve, ``None``: not reached or no target) and
-    ``steps_with_a_clip``."""
+    ``steps_with_a_clip`` and ``largest_jump`` (of the training loss, over the seeds,
+    :func:`largest_jump`)."""
     reach = (data.get("summary") or {}).get("tokens_to_target") or {}
     out = {}
     for arm, rs in arm_runs(data).items():
@@ -68,6 +81,7 @@ def optimizer_summary(data: Mapping) -> dict[str, dict]:
                     "half_range": (max(bits) - min(bits)) / 2,
                     "max_logit": max(r["max_logit"] for r in rs),
                     "to_target": (reach.get(arm) or {}).get("mean_curve"),
+                    "largest_jump": max(largest_jump(r["losses"]) for r in rs),
                     "steps_with_a_clip": None if rs[0]["qk_clip"] is None else
                     sum(sum(c > 0 for c in r["heads_clipped"]) for r in rs)}
     return out
