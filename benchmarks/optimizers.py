@@ -51,7 +51,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine, write  # noqa: E402
@@ -70,13 +69,6 @@ FULL = dict(mixer="softmax_conv", steps=600, sweep_steps=200, seeds=3, lrs=(1e-3
 QUICK = dict(mixer="softmax_conv", steps=4, sweep_steps=2, seeds=1, lrs=(3e-3, 1e-2),
              model=TextModelConfig(n_layer=2, d_model=32, n_head=2, context=32, max_context=64),
              warmup=1, eval_every=2, curve_windows=2, eval_windows=1)
-
-
-def byte_loss(net, batch) -> torch.Tensor:
-    """Mean cross-entropy (nats) of every next byte of the windows ``batch``."""
-    x, y = batch
-    logits = net(x)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
 def sig(x: float | None, digits: int = 5) -> float | None:
@@ -106,7 +98,7 @@ def run_one(data, model: TextModelConfig, cfg: TextTrainConfig, seed: int,
 
         losses, seconds = fit(net, cfg, lambda s: corpus.sample_batch(train, cfg.batch_size,
                                                                        model.context, gen),
-                              byte_loss, cfg.steps, evaluate=val_point,
+                              text_lm.byte_loss, cfg.steps, evaluate=val_point,
                               eval_at=set(cfg.curve_steps()), callback=after_step, logits=logits)
     windows = corpus.eval_windows(val, model.max_context, cfg.eval_windows)
     final = text_lm.evaluate(net, windows, (model.context,))[model.context]

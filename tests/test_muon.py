@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from gpt2k3.experiments import corpus, muon, text_lm, train
 from gpt2k3.experiments.muon import NS_BAND, MaxLogits, Muon, newton_schulz, qk_clip
@@ -45,10 +44,7 @@ def ns_by_hand(G: np.ndarray, steps: int = 5) -> np.ndarray:
     return X.T if G.shape[0] > G.shape[1] else X
 
 
-def byte_loss(net, batch):
-    x, y = batch
-    logits = net(x)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+byte_loss = text_lm.byte_loss
 
 
 def batches(seed=7, batch=4):
@@ -360,3 +356,15 @@ def test_fit_refuses_a_recorder_that_is_not_one():
     with pytest.raises(ValueError, match="logits"):
         train.fit(text_lm.build_model("softmax", TINY, 0), train.TrainSettings(steps=1, warmup=0),
                   batches(), byte_loss, 1, logits="not a recorder")
+
+
+def test_step_flops_count_the_iteration_by_its_formula():
+    """Per step of the quintic on an a x b matrix (a <= b): X X^T, its square and the product
+    with X, 2 a^2 b + 2 a^3 + 2 a^2 b floating-point operations."""
+    net = text_lm.build_model("softmax_conv", TINY, 0)
+    x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    out = muon.step_flops(net, text_lm.byte_loss, (x, x))
+    shapes = [tuple(p.shape) for g in muon.muon_param_groups(net, 0.0) if g["muon"] for p in g["params"]]
+    by_formula = sum(muon.NS_STEPS * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in shapes)
+    assert out["newton_schulz"] == by_formula
+    assert out["forward_backward"] > 0

@@ -90,3 +90,14 @@ def test_the_module_imports_no_torch():
     code = ("import sys, gpt2k3.accounting.training as t; t.training_compute(); "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_the_chapters_table_is_the_accounting():
+    from gpt2k3.book.figures.k3_tables import training_table
+
+    headers, rows = training_table()
+    by = {r[0]: r for r in rows}
+    assert headers[3] == "C = 6ND, FLOP" and list(by) == [r.model for r in tc.TRAINING_RUNS]
+    assert by["Kimi K2"][1:4] == ["31.69B", "15.5T", "2.95e24"]
+    assert by["GPT-2 small"][1:4] == ["123.5M", "not stated", "—"]
+    assert "40 GB" in by["GPT-2 small"][4] and "Radford" in by["GPT-2 small"][4]

@@ -81,8 +81,8 @@ TRAINING_RUNS = (
     TrainingRun("Kimi K3", "KIMI_K3", None, "",
                 "Kimi Team 2026, 'Kimi K3: Open Frontier Intelligence' (arXiv:2607.24653) and "
                 "the moonshotai/Kimi-K3 model card",
-                "no count of pre-training tokens was found in the report's abstract or the "
-                "model card's passages available here"),
+                "the report's abstract and its pre-training sections (3.1, 3.3, 3.4) give no "
+                "total of pre-training tokens"),
 )
 
 #: Compute multipliers claimed for two of the changes that are not scale: the factor of

@@ -58,7 +58,7 @@ import torch.nn as nn
 from gpt2k3.checks import check_finite_number, check_instance, check_int, check_number
 from gpt2k3.layers.attention import CausalSelfAttention
 
-__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "NS_BAND", "newton_schulz", "rms_match",
+__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "step_flops", "NS_BAND", "newton_schulz", "rms_match",
            "muon_direction", "Muon", "muon_param_groups", "head_max_logits", "MaxLogits",
            "qk_clip"]
 
@@ -235,6 +235,25 @@ def muon_param_groups(net: nn.Module, weight_decay: float) -> list[dict]:
               {"params": [p for p in params if id(p) not in hidden and p.dim() < 2],
                "muon": False, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
+
+
+def step_flops(net: nn.Module, loss_fn, batch) -> dict[str, int]:
+    """Floating-point operations of one training step of ``net`` on ``batch``, as torch's
+    ``FlopCounterMode`` counts them (matrix products and convolutions): ``"forward_backward"``,
+    ``loss_fn(net, batch)`` and its gradients, and ``"newton_schulz"``, orthogonalising every
+    matrix Muon updates once (:func:`muon_param_groups`). Elementwise work is left out of both,
+    and so is the rest of either optimizer. ``net``'s gradients are left as the step made them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    check_instance(net, "net", nn.Module)
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(net, batch).backward()
+    train = counter.get_total_flops()
+    matrices = [p for g in muon_param_groups(net, 0.0) if g["muon"] for p in g["params"]]
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        for matrix in matrices:
+            newton_schulz(matrix)
+    return {"forward_backward": train, "newton_schulz": counter.get_total_flops()}
 
 
 def head_max_logits(qkv: torch.Tensor, n_head: int) -> torch.Tensor:

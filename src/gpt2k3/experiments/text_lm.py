@@ -89,7 +89,7 @@ from gpt2k3.models.k3 import tiny_k3
 
 __all__ = ["eval_ngram_baselines", "REPEAT_SKIP", "REPEAT_DISTANCES", "REPEAT_OFFSETS",
            "GPT2_STARTS", "previous_byte_attention", "uniform_previous_byte",
-           "token_bits", "repeat_lengths", "repeat_windows", "repeat_bits", "repeat_record", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "PUBLISHED_SCALE", "scale_ratios"]
+           "byte_loss", "token_bits", "repeat_lengths", "repeat_windows", "repeat_bits", "repeat_record", "MIXERS", "MIXER_LABELS", "REFERENCE", "LEARNED_POSITIONS", "CONV_ADDED", "CONV_SIZE", "TextModelConfig", "TextTrainConfig", "ConvMixer", "SampleResult", "TextRun", "gpt_config", "build_model", "matched_sizes", "param_counts", "mixer_names", "position_bins", "bin_positions", "position_bits", "evaluate", "decode_bytes", "sample", "train", "run_record", "PUBLISHED_SCALE", "scale_ratios"]
 
 #: The models compared in chapter 11, in the book's order.
 MIXERS = ("softmax", "softmax_conv", "linear", "deltanet", "gated_deltanet", "kda", "hybrid", "k3",
@@ -840,7 +840,7 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
 
         losses, seconds = fit(
             net, config, lambda s: _text.sample_batch(train_data, config.batch_size, model.context, gen),
-            _byte_loss, n_steps, evaluate=val_point,
+            byte_loss, n_steps, evaluate=val_point,
             eval_at={s for s in config.curve_steps() if s <= n_steps},
             callback=None if callback is None else (lambda s, loss: callback(s, loss * _BITS)))
         net.eval()
@@ -859,7 +859,7 @@ def train(mixer: str, data, model: TextModelConfig = TextModelConfig(),
     return result
 
 
-def _byte_loss(net: GPT, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+def byte_loss(net: GPT, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Mean cross-entropy (nats) of ``net`` predicting every next byte of the windows ``batch``."""
     x, y = batch
     logits = net(x)

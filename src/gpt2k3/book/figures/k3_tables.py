@@ -27,7 +27,7 @@ from gpt2k3.accounting.units import STATE_DTYPE_BYTES, dtype_bytes
 from gpt2k3.archs import KIMI_K3, KIMI_LINEAR_48B, KIMI_LINEAR_CLAIMS, gpt2_to_k3_steps
 from gpt2k3.book.display import fmt_count, fmt_decimal_bytes, sig
 
-__all__ = ["CONTEXTS", "BATCHES", "RATIOS", "WEIGHT_DTYPES", "UNIFORM_WEIGHT_DTYPES", "CACHE_DTYPES", "STATE_BYTES",
+__all__ = ["training_table", "CONTEXTS", "BATCHES", "RATIOS", "WEIGHT_DTYPES", "UNIFORM_WEIGHT_DTYPES", "CACHE_DTYPES", "STATE_BYTES",
            "round4", "dtype_choice", "weight_choice", "hybrid_speedups", "claims_rows", "what_changed_rows", "summary_rows", "plan_rows", "what_changed_table"]
 
 
@@ -280,3 +280,28 @@ def what_changed_table(context_len: int = 1 << 20, cache_bytes: float = 2,
              fmt_count(active), kv, fmt_decimal_bytes(seq * 1e9), fmt_decimal_bytes(read * 1e9)]
             for i, (change, what, total, delta, active, kv, seq, read)
             in enumerate(what_changed_rows(context_len, cache_bytes, weight_bytes, exact=True))]
+
+
+def training_table(rows: Sequence[dict] | None = None) -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)`` of the training-compute table: per published run, ``N`` (parameters a
+    token is multiplied through), ``D`` as stated ("not stated" where the source gives none),
+    ``C = 6ND`` ("—" without ``D``) and the source's own words, with the source.
+    ``rows`` defaults to :func:`gpt2k3.accounting.training.training_compute`."""
+    from gpt2k3.accounting.training import training_compute
+
+    rows = training_compute() if rows is None else rows
+
+    def count(n):
+        return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+    def flops(c):
+        return "—" if c is None else f"{c:.2e}".replace("e+", "e")
+
+    out = []
+    for r in rows:
+        words = (f"“{r['quote']}” " if r["quote"] else "") + (f"({r['note']}) " if r["note"] else "")
+        out.append([r["model"], count(r["n_active"]),
+                    "not stated" if r["tokens"] is None else f"{r['tokens'] / 1e12:g}T",
+                    flops(r["flops"]), words + f"— {r['source']}"])
+    return (["model", "N, parameters per token", "D, training tokens", "C = 6ND, FLOP",
+             "the source's words"], out)

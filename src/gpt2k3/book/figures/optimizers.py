@@ -69,7 +69,8 @@ def largest_jump(losses: Sequence[float], window: int = 20, start: int = 50) -> 
 def optimizer_summary(data: Mapping) -> dict[str, dict]:
     """Per arm: ``lr``, ``qk_clip``, ``val_bits`` (per seed), ``mean``, ``half_range`` (half the
     spread of the seeds), ``max_logit`` (over every step of every seed), ``to_target`` (bytes to
-    the target loss on the seed-mean curve, ``None``: not reached or no target) and
+    the target loss on the seed-mean curve, ``None``: not reached or no target), ``curve_end`` (the
+    seed-mean validation curve's last point, the scale the target is on) and
     ``steps_with_a_clip`` and ``largest_jump`` (of the training loss, over the seeds,
     :func:`largest_jump`)."""
     reach = (data.get("summary") or {}).get("tokens_to_target") or {}
@@ -81,6 +82,7 @@ def optimizer_summary(data: Mapping) -> dict[str, dict]:
                     "half_range": (max(bits) - min(bits)) / 2,
                     "max_logit": max(r["max_logit"] for r in rs),
                     "to_target": (reach.get(arm) or {}).get("mean_curve"),
+                    "curve_end": statistics.fmean(r["curve"][-1]["bits"] for r in rs),
                     "largest_jump": max(largest_jump(r["losses"]) for r in rs),
                     "steps_with_a_clip": None if rs[0]["qk_clip"] is None else
                     sum(sum(c > 0 for c in r["heads_clipped"]) for r in rs)}
@@ -92,7 +94,7 @@ def optimizer_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
     summary = optimizer_summary(data)
     target = (data.get("summary") or {}).get("target_bits")
     headers = ["optimizer", "learning rate", "bits per byte, each seed", "mean ± half-range",
-               f"bytes to {target:.3f} bits" if target else "bytes to the target",
+               f"bytes until the curve reaches {target:.3f} bits" if target else "bytes to the target",
                "largest logit"]
     rows = []
     for arm, s in summary.items():
@@ -100,7 +102,8 @@ def optimizer_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
         rows.append([ARM_LABELS[arm] + clip, f"{s['lr']:g}",
                      ", ".join(f"{b:.3f}" for b in s["val_bits"]),
                      f"{s['mean']:.3f} ± {s['half_range']:.3f}",
-                     "not reached" if s["to_target"] is None else f"{s['to_target']:,.0f}",
+                     f"not reached (ends at {s['curve_end']:.3f})" if s["to_target"] is None
+                     else f"{s['to_target']:,.0f}",
                      f"{s['max_logit']:.1f}"])
     return headers, rows
 
@@ -156,7 +159,7 @@ def optimizer_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0)
     if target:
         fig.add_hline(y=target, line=dict(color="#888", dash="dot", width=1))
         fig.add_annotation(x=1.0, xref="paper", xanchor="right", y=target, yanchor="bottom",
-                           showarrow=False, text=f"target {target:.3f}",
+                           showarrow=False, text=f"target {target:.3f} (AdamW's end)",
                            font=dict(size=11, color="#666"))
     labels = ["mean of the seeds"] + [f"seed {r['seed']}" for r in seeds]
     steps = [Step(label=labels[v], data={"y": [views[a][v] for a in by_arm]},
