@@ -1,6 +1,8 @@
 """Chapter 11's optimizer figures and tables, on a results file written by hand: every number
 they show is checked against the hand-written runs."""
 
+import math
+
 import pytest
 
 from gpt2k3.book.figures import optimizers as ofigs
@@ -79,7 +81,10 @@ def test_the_logit_figure_shows_the_largest_and_the_threshold(data):
     assert list(fig.data[0].y) == [1.0, 4.0, 11.0]  # seed 1, as asked
     steps = fig.layout.sliders[0].steps
     assert steps[0].args[0]["y"][0] == [1.0, 5.0, 11.0]  # the largest over the seeds, per step
-    assert any("τ = 5.5" in a.text for a in fig.layout.annotations)
+    line = fig.data[-1]
+    assert line.name == "QK-clip threshold τ = 5.5" and list(line.y) == [5.5, 5.5]
+    assert list(steps[1].args[2]) == [0, 1]  # the slider moves the arms' lines, not the threshold's
+    assert tuple(fig.layout.yaxis.range) == pytest.approx((-0.1, math.log10(11.0) + 0.1))
 
 
 @pytest.mark.parametrize("call", [

@@ -12,6 +12,7 @@ optimizers.json``); nothing is trained here.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Mapping, Sequence
 
@@ -158,7 +159,7 @@ def optimizer_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0)
     target = (data.get("summary") or {}).get("target_bits")
     if target:
         fig.add_hline(y=target, line=dict(color="#888", dash="dot", width=1))
-        fig.add_annotation(x=1.0, xref="paper", xanchor="right", y=target, yanchor="bottom",
+        fig.add_annotation(x=0.0, xref="paper", xanchor="left", y=target, yanchor="bottom",
                            showarrow=False, text=f"target {target:.3f} (AdamW's end)",
                            font=dict(size=11, color="#666"))
     labels = ["mean of the seeds"] + [f"seed {r['seed']}" for r in seeds]
@@ -173,7 +174,7 @@ def optimizer_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0)
 def max_logit_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0) -> go.Figure:
     """The largest pre-softmax attention logit of each training step's forward pass, over
     every head and layer, one line per arm (log scale); the slider picks the seed, or the
-    largest over the seeds. Dotted: QK-clip's threshold."""
+    largest over the seeds. Dotted, a legend entry of its own: QK-clip's threshold."""
     by_arm = arm_runs(data, arms)
     seeds = next(iter(by_arm.values()))
     fig = go.Figure()
@@ -187,18 +188,19 @@ def max_logit_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0)
             hovertemplate=f"{ARM_LABELS[arm]}: largest logit %{{y:.2f}} at step %{{x}}"
                           "<extra></extra>"))
     style(fig, title="", x_title="training step", y_title="largest attention logit", height=520)
-    fig.update_yaxes(type="log")
+    every = [v for vs in views.values() for view in vs for v in view]
+    fig.update_yaxes(type="log", range=[math.log10(min(every)) - 0.1, math.log10(max(every)) + 0.1])
     taus = {r["qk_clip"] for rs in by_arm.values() for r in rs if r["qk_clip"] is not None}
-    for tau in sorted(taus):
-        fig.add_hline(y=tau, line=dict(color="#888", dash="dot", width=1))
-        fig.add_annotation(x=0.0, xref="paper", xanchor="left", y=tau, yanchor="bottom",
-                           showarrow=False, text=f"QK-clip threshold τ = {tau:g}",
-                           font=dict(size=11, color="#666"))
+    for tau in sorted(taus):  # a legend entry, not a label that curves could run through
+        fig.add_trace(go.Scatter(x=[1, len(views[next(iter(by_arm))][0])], y=[tau, tau],
+                                 mode="lines", name=f"QK-clip threshold τ = {tau:g}",
+                                 line=dict(color="#888", dash="dot", width=1.5), hoverinfo="skip"))
     labels = ["largest over the seeds"] + [f"seed {r['seed']}" for r in seeds]
     n_views = len(labels)
     if not 0 <= active < n_views:
         raise ValueError(f"active must be in [0, {n_views}), got {active}")
     steps = [Step(label=labels[v], data={"y": [views[a][v] for a in by_arm]},
-                  layout={"title.text": f"Largest attention logit per step, {labels[v]}"})
+                  layout={"title.text": f"Largest attention logit per step, {labels[v]}"},
+                  traces=list(range(len(by_arm))))  # the threshold's line stays as it is
              for v in range(n_views)]
     return add_slider(fig, steps, prefix="showing: ", active=active)
