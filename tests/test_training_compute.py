@@ -61,7 +61,7 @@ def test_every_count_stands_beside_its_quote():
     assert "2×" in tc.CLAIMED_MULTIPLIERS["Muon"]["quote"]
     assert tc.CLAIMED_MULTIPLIERS["Attention Residuals"]["factor"] == 1.25
     for claim in tc.CLAIMED_MULTIPLIERS.values():  # each factor in its own words
-        assert f"{claim['factor']:g}×" in claim["quote"] and claim["source"]
+        assert f"{claim['factor']:g}×" in claim["quote"] and claim["source"] and claim["condition"]
 
 
 def test_the_ratios_beside_the_headline():

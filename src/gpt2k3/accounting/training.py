@@ -86,16 +86,20 @@ TRAINING_RUNS = (
 )
 
 #: Compute multipliers claimed for two of the changes that are not scale: the factor of
-#: training compute the new method saves at equal loss, as the authors state it.
+#: training compute the new method saves at equal loss, as the authors state it, and the
+#: condition they state it under.
 CLAIMED_MULTIPLIERS = {
     "Muon": {"factor": 2.0,
              "quote": "Scaling law experiments indicate that Muon achieves ∼2× computational "
                       "efficiency compared to AdamW with compute optimal training.",
+             "condition": "from scaling-law fits, for compute-optimal training",
              "source": "Liu et al. 2025, 'Muon is Scalable for LLM Training' (arXiv:2502.16982), "
                        "abstract"},
     "Attention Residuals": {"factor": 1.25,
                             "quote": "with Block AttnRes matching the loss of a baseline trained "
                                      "with 1.25× more compute",
+                            "condition": "in its scaling-law comparison, at 5.6 PFLOP/s-days "
+                                         "of training compute",
                             "source": "Kimi Team 2026, 'Attention Residuals' (arXiv:2603.15031), "
                                       "Section 1; its scaling-law comparison (Section 5.1) puts "
                                       "it at 5.6 PFLOP/s-days"},

@@ -26,7 +26,7 @@ __all__ = ["ARMS", "ARM_LABELS", "arm_runs", "largest_jump", "optimizer_summary"
 #: The four arms of the experiment, in the order the chapter shows them.
 ARMS = ("adamw", "muon", "adamw_qk", "muon_qk")
 ARM_LABELS = {"adamw": "AdamW", "muon": "Muon", "adamw_qk": "AdamW + QK-clip",
-              "muon_qk": "Muon + QK-clip (MuonClip)"}
+              "muon_qk": "MuonClip: Muon + QK-clip"}
 _COLORS = {"adamw": PALETTE[0], "muon": PALETTE[5], "adamw_qk": PALETTE[4], "muon_qk": PALETTE[1]}
 _DASH = {"adamw": "solid", "muon": "solid", "adamw_qk": "dash", "muon_qk": "dash"}
 
