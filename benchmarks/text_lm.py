@@ -1,6 +1,7 @@
 """Every token mixer trained as a byte-level language model on the King James Bible (chapter 11).
 
     nohup nice -n 10 python benchmarks/text_lm.py --threads 1 > text_lm.log 2>&1 &   # the chapter's run
+                                                    # (start it once per core: workers share the file)
     python benchmarks/text_lm.py --preset quick      # a smoke run (minutes), written to text_lm_quick.json
     python benchmarks/text_lm.py --preset short      # the earlier 300-step run (text_lm.json + the shipped GPT-2)
     python benchmarks/text_lm.py --preset plateau    # GPT-2's plateau: what shortens it (text_lm_plateau.json)
