@@ -94,9 +94,9 @@ def optimizer_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
     """``(headers, rows)`` of :func:`optimizer_summary` for :func:`gpt2k3.book.display.md_table`."""
     summary = optimizer_summary(data)
     target = (data.get("summary") or {}).get("target_bits")
-    headers = ["optimizer", "learning rate", "bits per byte, each seed", "mean ± half-range",
+    headers = ["optimizer", "peak rate", "bits per byte by seed", "mean ± half-range",
                f"bytes until the curve reaches {target:.3f} bits" if target else "bytes to the target",
-               "largest logit"]
+               "max logit"]
     rows = []
     for arm, s in summary.items():
         clip = "" if s["qk_clip"] is None else f" (τ = {s['qk_clip']:g})"
