@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -169,3 +169,21 @@ def calibrated_medians(fns: dict, repeats: int, min_time: float, device: str = "
         for name, fn in fns.items():
             times[name].append(mean_call_time(fn, calls[name], device))
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def next_rate(bits: Mapping[float, float], grid, beyond: Callable[[float, bool], float]) -> float | None:
+    """The next learning rate a rate search must try, or ``None`` once it is done. ``bits`` maps
+    every rate tried to its validation loss. First every rate of ``grid``; then, while the best
+    rate tried (lowest loss, a tie to the lower rate) is the highest (lowest) tried,
+    ``beyond(best, True)`` (``beyond(best, False)``): so the chosen rate always has a worse one
+    on either side."""
+    missing = [lr for lr in grid if lr not in bits]
+    if missing:
+        return missing[0]
+    tried = sorted(bits)
+    best = min(tried, key=lambda lr: bits[lr])
+    if best == tried[-1]:
+        return beyond(best, True)
+    if best == tried[0]:
+        return beyond(best, False)
+    return None

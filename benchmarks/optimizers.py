@@ -53,7 +53,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine, write  # noqa: E402
+from _common import RESULTS, machine, next_rate, write  # noqa: E402
 
 from gpt2k3.experiments import corpus, text_lm  # noqa: E402
 from gpt2k3.experiments.muon import MaxLogits  # noqa: E402
@@ -159,17 +159,9 @@ def summary(runs: list[dict], seeds: list[int]) -> dict:
 def next_trial(runs: list[dict], optimizer: str, lrs) -> float | None:
     """The next learning rate ``optimizer`` must try, or ``None`` once its trials are done: every
     rate of ``lrs``; then, while the best rate tried is the highest (lowest) tried, twice (half)
-    that rate, so the chosen rate always has a worse one on either side."""
-    tried = sorted(r["lr"] for r in runs if r["phase"] == "sweep" and r["arm"] == optimizer)
-    missing = [lr for lr in lrs if lr not in tried]
-    if missing:
-        return missing[0]
-    best = chosen_lr(runs, optimizer)
-    if best == tried[-1]:
-        return sig(2 * best)
-    if best == tried[0]:
-        return sig(best / 2)
-    return None
+    that rate (``_common.next_rate``), so the chosen rate always has a worse one on either side."""
+    bits = {r["lr"]: r["val_bits"] for r in runs if r["phase"] == "sweep" and r["arm"] == optimizer}
+    return next_rate(bits, lrs, lambda lr, up: sig(2 * lr if up else lr / 2))
 
 
 def full_plan(settings: dict) -> list[tuple[str, int]]:

@@ -70,7 +70,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine  # noqa: E402
+from _common import RESULTS, machine, next_rate as search_next  # noqa: E402
 
 from gpt2k3.experiments import checkpoint, corpus, text_lm  # noqa: E402
 from gpt2k3.experiments.text_lm import MIXERS, TextModelConfig, TextTrainConfig  # noqa: E402
@@ -304,19 +304,10 @@ def beyond(lr: float, up: bool) -> float:
 
 def next_rate(sweep: list[dict], mixer: str, lrs) -> float | None:
     """The next rate ``mixer`` must try, or ``None`` once its trials are done: every rate of
-    ``lrs``; then, while the best rate tried is the highest (lowest) tried, the next rate of
-    the grid above (below) it, so the chosen rate always has a worse one on either side."""
-    done = {r["lr"]: r for r in sweep if r["mixer"] == mixer}
-    missing = [lr for lr in lrs if lr not in done]
-    if missing:
-        return missing[0]
-    tried = sorted(done)
-    best = min(tried, key=lambda lr: _final_bits(done[lr]))
-    if best == tried[-1]:
-        return beyond(best, up=True)
-    if best == tried[0]:
-        return beyond(best, up=False)
-    return None
+    ``lrs``, then the 1-3-10 grid beyond its edge while the best is there (:func:`beyond`,
+    ``_common.next_rate``)."""
+    bits = {r["lr"]: _final_bits(r) for r in sweep if r["mixer"] == mixer}
+    return search_next(bits, lrs, lambda lr, up: beyond(lr, up=up))
 
 
 def choose_lr(sweep: list[dict], mixer: str, lrs) -> dict | None:
