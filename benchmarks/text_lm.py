@@ -627,7 +627,9 @@ def main(argv=None) -> Path:
         with locked(path):
             sync()
             claims = live_claims(path)
-            todo = [j for j in jobs + grown() if not done(j)]
+            # rate trials first, the grown ones too: a model's later seeds wait for them
+            trials = [j for j in jobs if j[0] == "sweep"] + grown()
+            todo = [j for j in trials + [j for j in jobs if j[0] == "run"] if not done(j)]
             free = [j for j in todo if ready(j) and repr(j) not in claims]
             if free:
                 job = free[0]

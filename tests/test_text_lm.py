@@ -714,5 +714,48 @@ def test_the_longer_runs_figures_read_the_benchmarks_file(tiny_results):
             assert b is None or b["gain"] == pytest.approx(b["first"] - b["second"])
     fig = memfigs.repeat_gain(data)
     assert len(fig.layout.sliders[0].steps) == len(data["config"]["mixers"]) + 1
+    headers, rows = memfigs.seed_table(data)
+    seeds = data["config"]["seeds"]
+    assert headers[2:2 + len(seeds)] == [f"seed {k}" for k in seeds]
+    means = [float(r[-1].split(" ± ")[0]) for r in rows[:-2]]
+    assert means == sorted(means) and len(means) == len(data["config"]["mixers"])
+    for r in rows[:-2]:  # each mean is the mean of the seeds shown beside it
+        assert float(r[-1].split(" ± ")[0]) == pytest.approx(
+            sum(float(v) for v in r[2:2 + len(seeds)]) / len(seeds), abs=1.5e-3)
+    assert rows[-2][0] == "byte trigram table"
+    assert rows[-1][-1] == f"{data['eval_baselines']['bigram_eval']:.3f}"
+    with pytest.raises(ValueError, match="not finished"):
+        memfigs.seed_table({**data, "complete": False})
     with pytest.raises(ValueError, match="not finished"):
         memfigs.lr_sweep({**data, "complete": False})
+
+
+def test_repeat_findings_by_hand():
+    """Two models, two seeds, two distance bins: the savings, the largest, the consistent pairs."""
+    from gpt2k3.book.figures import text_longer as memfigs
+
+    def rec(first, second, n=(1, 1)):  # one evaluation length's record of one run
+        return {"n": list(n), "bytes": [10 * k for k in n], "first": first, "second": second}
+
+    def run(m, seed, first, second, beyond=True):  # the far bin only in the longer windows
+        return {"mixer": m, "seed": seed,
+                "repeats": {"256": rec(first, second, (1, 0)),
+                            "1024": rec(first, second, (0, 1)) if beyond else None}}
+
+    data = {"complete": True, "config": {"mixers": ["a", "b"], "reference": "a", "seeds": [0, 1]},
+            "models": {"a": {}, "b": {}}, "repeats": {"distances": [[32, 128], [128, 256]]},
+            "runs": [run("a", 0, [2.0, 2.0], [1.5, 2.1]), run("a", 1, [2.0, 2.0], [1.7, 1.9]),
+                     run("b", 0, [3.0, 5.0], [3.0, 4.9], beyond=False),
+                     run("b", 1, [3.0, 5.0], [3.1, 5.0], beyond=False)]}
+    found = memfigs.repeat_findings(data)
+    assert found["cells"] == 3  # model b cannot read the longer windows: its far bin is out
+    assert found["first_worst"] == {"mixer": "b", "bin": (32, 128), "first": 3.0}
+    assert found["largest"]["mixer"] == "a" and found["largest"]["bin"] == (32, 128)
+    assert found["largest"]["gain"] == pytest.approx(0.4)  # (0.5 + 0.3) / 2
+    assert found["consistent"] == [("a", (32, 128))]  # the second bin: -0.1 and +0.1
+    assert found["spread"] == pytest.approx(0.1)
+    data["runs"] = [{"mixer": "b", "seed": k, "repeats": {"256": rec([3.0, 5.0], [3.0, 5.0], (0, 0)),
+                                                         "1024": None}} for k in (0, 1)]
+    data["config"]["mixers"] = ["b"]
+    with pytest.raises(ValueError, match="no repeat"):
+        memfigs.repeat_findings(data)

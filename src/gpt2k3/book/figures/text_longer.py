@@ -27,7 +27,8 @@ from gpt2k3.book.figures.text import COLORS
 from gpt2k3.experiments.text_lm import MIXER_LABELS
 
 __all__ = ["PLATEAU_LABELS", "plateau_summary", "plateau_curves", "previous_byte_heads",
-           "design_table", "repeat_table", "lr_sweep", "repeat_summary", "repeat_gain",
+           "design_table", "repeat_table", "lr_sweep", "seed_table", "repeat_summary",
+           "repeat_findings", "repeat_gain",
            "color_of"]
 
 #: What each variant of the plateau preset changes, for legends and tables.
@@ -238,6 +239,29 @@ def lr_sweep(data: Mapping, active: int = 0) -> go.Figure:
     return add_slider(fig, steps, prefix="in front: ", active=active)
 
 
+def seed_table(data: Mapping) -> tuple[list[str], list[list]]:
+    """Headers and rows for :func:`gpt2k3.book.display.md_table`: every model's peak learning
+    rate, its validation bits per byte at the training length for each seed, their mean and
+    half their range (lowest to highest seed), best first; then the byte bigram and trigram
+    tables scored on the same evaluation windows. Only a finished run."""
+    from gpt2k3.book.figures.text import spread
+
+    _complete(data)
+    seeds = list(data["config"]["seeds"])
+    rows = []
+    for m in data["config"]["mixers"]:
+        runs = {r["seed"]: r for r in data["runs"] if r["mixer"] == m}
+        s = spread([runs[k]["val_bits"] for k in seeds])
+        rows.append((s["mean"], [_label(data, m), f"{data['lr_choice'][m]['lr']:g}",
+                                 *[f"{runs[k]['val_bits']:.3f}" for k in seeds],
+                                 f"{s['mean']:.3f} ± {s['half_range']:.3f}"]))
+    rows = [r for _, r in sorted(rows, key=lambda x: x[0])]
+    base = data["eval_baselines"]
+    for name, key in (("byte trigram table", "trigram_eval"), ("byte bigram table", "bigram_eval")):
+        rows.append([name, "–", *["–"] * len(seeds), f"{base[key]:.3f}"])
+    return ["model", "peak rate", *[f"seed {k}" for k in seeds], "mean ± half range"], rows
+
+
 def repeat_summary(data: Mapping) -> dict[str, dict]:
     """Per model, per distance bin of the repeat test: ``first`` and ``second`` (mean bits per
     byte over the seeds, each seed weighting its bin by the bytes scored), ``gain``
@@ -272,6 +296,27 @@ def repeat_summary(data: Mapping) -> dict[str, dict]:
                             "bytes": seeds[0]["bytes"], "repeats": seeds[0]["repeats"]})
         out[m] = per_bin
     return out
+
+
+def repeat_findings(data: Mapping) -> dict:
+    """What the repeat test found over every model and distance bin it could read
+    (:func:`repeat_summary`): ``largest`` (the largest mean saving: ``mixer``, ``bin``,
+    ``gain``, ``first``), ``consistent`` (the ``(mixer, bin)`` pairs where every seed saved
+    bits on the second copy), ``cells`` (how many pairs were read), ``spread`` (the largest
+    half range of a pair's per-seed savings) and ``first_worst`` (the highest loss on a first
+    copy: a model read past what it was trained on). Only a finished run."""
+    summary = repeat_summary(data)
+    bins = [tuple(b) for b in data["repeats"]["distances"]]
+    cells = [(m, bins[i], b) for m, per in summary.items() for i, b in enumerate(per) if b is not None]
+    if not cells:
+        raise ValueError("data holds no repeat the models could read")
+    m, where, b = max(cells, key=lambda c: c[2]["gain"])
+    worst = max(cells, key=lambda c: c[2]["first"])
+    return {"largest": {"mixer": m, "bin": where, "gain": b["gain"], "first": b["first"]},
+            "consistent": [(m, w) for m, w, b in cells if min(b["gain_seeds"]) > 0],
+            "cells": len(cells),
+            "spread": max((max(b["gain_seeds"]) - min(b["gain_seeds"])) / 2 for *_, b in cells),
+            "first_worst": {"mixer": worst[0], "bin": worst[1], "first": worst[2]["first"]}}
 
 
 def repeat_gain(data: Mapping, active: int = 0) -> go.Figure:
