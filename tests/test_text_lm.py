@@ -321,7 +321,8 @@ def test_eval_ngram_baselines_score_the_evaluation_windows():
     assert out["bigram_eval"] == round(text.ngram_window_bits(CORPUS[0], win, 2), 4)
     part = (win[0][:, 64:128], win[1][:, 64:128])
     assert out["ng3_tail"] == round(text.ngram_window_bits(CORPUS[0], part, 3), 4)
-    assert set(out) == {"bigram_eval", "trigram_eval", "ng2_head", "ng3_head", "ng2_tail", "ng3_tail"}
+    assert out["fourgram_eval"] == round(text.ngram_window_bits(CORPUS[0], win, 4), 4)
+    assert set(out) == {"bigram_eval", "trigram_eval", "fourgram_eval", "ng2_head", "ng3_head", "ng2_tail", "ng3_tail"}
     with pytest.raises(ValueError, match="ranges"):
         text_lm.eval_ngram_baselines(data, TINY, TRAIN, {"bad": (0, TINY.max_context + 1)})
 
@@ -751,12 +752,14 @@ def test_the_longer_runs_figures_read_the_benchmarks_file(tiny_results):
     headers, rows = memfigs.seed_table(data)
     seeds = data["config"]["seeds"]
     assert headers[2:2 + len(seeds)] == [f"seed {k}" for k in seeds]
-    means = [float(r[-1].split(" ± ")[0]) for r in rows[:-2]]
+    tables = len([k for k in ("bigram_eval", "trigram_eval", "fourgram_eval") if k in data["eval_baselines"]])
+    assert tables == 3
+    means = [float(r[-1].split(" ± ")[0]) for r in rows[:-tables]]
     assert means == sorted(means) and len(means) == len(data["config"]["mixers"])
-    for r in rows[:-2]:  # each mean is the mean of the seeds shown beside it
+    for r in rows[:-tables]:  # each mean is the mean of the seeds shown beside it
         assert float(r[-1].split(" ± ")[0]) == pytest.approx(
             sum(float(v) for v in r[2:2 + len(seeds)]) / len(seeds), abs=1.5e-3)
-    assert rows[-2][0] == "byte trigram table"
+    assert [r[0] for r in rows[-3:]] == ["byte four-gram table", "byte trigram table", "byte bigram table"]
     assert rows[-1][-1] == f"{data['eval_baselines']['bigram_eval']:.3f}"
     with pytest.raises(ValueError, match="not finished"):
         memfigs.seed_table({**data, "complete": False})

@@ -899,10 +899,10 @@ def run_record(run: TextRun, bins: Mapping[int, Sequence[tuple[int, int]]] | Non
 
 def eval_ngram_baselines(data, model: TextModelConfig, train: TextTrainConfig,
                          ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, float]:
-    """The byte bigram and trigram tables scored on the models' own evaluation bytes: the
-    ``train.eval_windows`` windows of ``model.max_context`` bytes the final evaluation uses.
+    """The byte bigram, trigram and four-gram tables scored on the models' own evaluation bytes:
+    the ``train.eval_windows`` windows of ``model.max_context`` bytes the final evaluation uses.
 
-    Returns ``{"bigram_eval": ..., "trigram_eval": ...}`` and, for each ``name: (lo, hi)`` of
+    Returns ``{"bigram_eval": ..., "trigram_eval": ..., "fourgram_eval": ...}`` and, for each ``name: (lo, hi)`` of
     ``ranges`` (positions ``lo .. hi - 1`` of every window), ``"ng2_<name>"`` and
     ``"ng3_<name>"``: the tables on those positions only. ``data`` is a
     :func:`gpt2k3.experiments.corpus.kjv_data` split. ``benchmarks/text_lm.py --baselines`` stores the result
@@ -912,7 +912,7 @@ def eval_ngram_baselines(data, model: TextModelConfig, train: TextTrainConfig,
         raise ValueError("model and train must be a TextModelConfig and a TextTrainConfig")
     win = _text.eval_windows(data.validation, model.max_context, train.eval_windows)
     out = {f"{name}_eval": round(_text.ngram_window_bits(data.train, win, n), 4)
-           for n, name in ((2, "bigram"), (3, "trigram"))}
+           for n, name in ((2, "bigram"), (3, "trigram"), (4, "fourgram"))}
     for name, (lo, hi) in (ranges or {}).items():
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo < hi <= model.max_context):
             raise ValueError(f"ranges[{name!r}] must be (lo, hi) with 0 <= lo < hi <= "

@@ -242,8 +242,8 @@ def lr_sweep(data: Mapping, active: int = 0) -> go.Figure:
 def seed_table(data: Mapping) -> tuple[list[str], list[list]]:
     """Headers and rows for :func:`gpt2k3.book.display.md_table`: every model's peak learning
     rate, its validation bits per byte at the training length for each seed, their mean and
-    half their range (lowest to highest seed), best first; then the byte bigram and trigram
-    tables scored on the same evaluation windows. Only a finished run."""
+    half their range (lowest to highest seed), best first; then the byte n-gram tables (four-,
+    three- and two-byte) scored on the same evaluation windows. Only a finished run."""
     from gpt2k3.book.figures.text import spread
 
     _complete(data)
@@ -257,8 +257,10 @@ def seed_table(data: Mapping) -> tuple[list[str], list[list]]:
                                  f"{s['mean']:.3f} ± {s['half_range']:.3f}"]))
     rows = [r for _, r in sorted(rows, key=lambda x: x[0])]
     base = data["eval_baselines"]
-    for name, key in (("byte trigram table", "trigram_eval"), ("byte bigram table", "bigram_eval")):
-        rows.append([name, "–", *["–"] * len(seeds), f"{base[key]:.3f}"])
+    for name, key in (("byte four-gram table", "fourgram_eval"), ("byte trigram table", "trigram_eval"),
+                      ("byte bigram table", "bigram_eval")):
+        if key in base:  # the four-gram table only in files scored since it was added
+            rows.append([name, "–", *["–"] * len(seeds), f"{base[key]:.3f}"])
     return ["model", "peak rate", *[f"seed {k}" for k in seeds], "mean ± half range"], rows
 
 
