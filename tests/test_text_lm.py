@@ -261,8 +261,11 @@ def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
     assert isinstance(model, GPT) and not model.training
     assert model.config.block_size == 256 and model.config.vocab_size == 256
     assert model.config.position == "learned" and type(model.transformer.h[0].attn) is CausalSelfAttention
-    data = results.load("text_lm.json")
+    data = results.load("text_lm_tuned.json")  # the longer run trained it
     shipped = data["checkpoint"]
+    assert shipped["mixer"] in text_lm.LEARNED_POSITIONS
+    run = next(r for r in data["runs"] if (r["mixer"], r["seed"]) == (shipped["mixer"], shipped["seed"]))
+    assert shipped["sample"] == run["sample"]
     s = shipped["sample"]
     a = text_lm.sample(model, s["prompt"], len(s["ids"]), temperature=data["config"]["sample"]["temperature"],
                        seed=data["config"]["sample"]["seed"])
@@ -768,29 +771,39 @@ def test_the_longer_runs_figures_read_the_benchmarks_file(tiny_results):
 
 
 def test_repeat_findings_by_hand():
-    """Two models, two seeds, two distance bins: the savings, the largest, the consistent pairs."""
+    """Two models, two seeds, two distance bins: the savings, the largest, the consistent pairs;
+    a model that cannot read every repeat of a bin gets no point there."""
     from gpt2k3.book.figures import text_longer as memfigs
 
-    def rec(first, second, n=(1, 1)):  # one evaluation length's record of one run
+    def rec(first, second, n):  # one evaluation length's record of one run
         return {"n": list(n), "bytes": [10 * k for k in n], "first": first, "second": second}
 
-    def run(m, seed, first, second, beyond=True):  # the far bin only in the longer windows
+    def run(m, seed, first, second, beyond=True):  # the far bin is read in both window lengths
         return {"mixer": m, "seed": seed,
-                "repeats": {"256": rec(first, second, (1, 0)),
+                "repeats": {"256": rec(first, second, (1, 1)),
                             "1024": rec(first, second, (0, 1)) if beyond else None}}
 
-    data = {"complete": True, "config": {"mixers": ["a", "b"], "reference": "a", "seeds": [0, 1]},
-            "models": {"a": {}, "b": {}}, "repeats": {"distances": [[32, 128], [128, 256]]},
+    # repeats (first, second, length): spans 80 and 240 fit 256 bytes, 300 needs 1,024
+    info = {"distances": [[32, 128], [128, 256]], "lengths": {"256": 2, "1024": 1},
+            "repeats": [[0, 40, 40], [0, 200, 40], [300, 500, 100]]}
+    data = {"complete": True, "config": {"mixers": ["a", "b"], "reference": "a", "seeds": [0, 1],
+                                         "model": {"context": 256}},
+            "models": {"a": {}, "b": {}}, "repeats": info,
             "runs": [run("a", 0, [2.0, 2.0], [1.5, 2.1]), run("a", 1, [2.0, 2.0], [1.7, 1.9]),
                      run("b", 0, [3.0, 5.0], [3.0, 4.9], beyond=False),
                      run("b", 1, [3.0, 5.0], [3.1, 5.0], beyond=False)]}
+    summary = memfigs.repeat_summary(data)
+    assert summary["b"][1] is None  # b reads the 240-byte span but not the 300-byte one
     found = memfigs.repeat_findings(data)
-    assert found["cells"] == 3  # model b cannot read the longer windows: its far bin is out
+    assert found["cells"] == 3
     assert found["first_worst"] == {"mixer": "b", "bin": (32, 128), "first": 3.0}
     assert found["largest"]["mixer"] == "a" and found["largest"]["bin"] == (32, 128)
     assert found["largest"]["gain"] == pytest.approx(0.4)  # (0.5 + 0.3) / 2
     assert found["consistent"] == [("a", (32, 128))]  # the second bin: -0.1 and +0.1
     assert found["spread"] == pytest.approx(0.1)
+    inside = memfigs.repeat_findings(data, bins=[1])
+    assert inside["cells"] == 1 and inside["consistent"] == [] and inside["largest"]["mixer"] == "a"
+    assert memfigs.inside_bins(data) == [0]  # the second bin's last repeat spans 300 bytes
     data["runs"] = [{"mixer": "b", "seed": k, "repeats": {"256": rec([3.0, 5.0], [3.0, 5.0], (0, 0)),
                                                          "1024": None}} for k in (0, 1)]
     data["config"]["mixers"] = ["b"]

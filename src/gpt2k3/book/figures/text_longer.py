@@ -28,7 +28,7 @@ from gpt2k3.experiments.text_lm import MIXER_LABELS
 
 __all__ = ["PLATEAU_LABELS", "plateau_summary", "plateau_curves", "previous_byte_heads",
            "design_table", "repeat_table", "lr_sweep", "seed_table", "repeat_summary",
-           "repeat_findings", "repeat_gain",
+           "inside_bins", "repeat_findings", "repeat_gain",
            "color_of"]
 
 #: What each variant of the plateau preset changes, for legends and tables.
@@ -268,27 +268,33 @@ def repeat_summary(data: Mapping) -> dict[str, dict]:
     """Per model, per distance bin of the repeat test: ``first`` and ``second`` (mean bits per
     byte over the seeds, each seed weighting its bin by the bytes scored), ``gain``
     (``first - second``: what reading the first copy saves on the second, per seed:
-    ``gain_seeds``), ``bytes`` and ``repeats``; ``None`` for a bin the model cannot read (past
-    its position table). Only a finished run."""
+    ``gain_seeds``), ``bytes`` and ``repeats``; ``None`` for a bin some of whose repeats the
+    model cannot read (past its position table), so every point averages the same repeats.
+    Only a finished run."""
     _complete(data)
     bins = data["repeats"]["distances"]
+    needed = _bin_windows(data)
     out = {}
     for m in data["config"]["mixers"]:
         runs = [r for r in data["runs"] if r["mixer"] == m]
         per_bin = []
         for i in range(len(bins)):
+            # a model that cannot read some of a bin's repeats gets no point there: its mean
+            # would be over other repeats than the other models'
+            if any(r["repeats"].get(str(w)) is None for r in runs for w in needed[i]):
+                per_bin.append(None)
+                continue
             seeds = []
             for r in runs:
                 parts = [rec for rec in r["repeats"].values() if rec is not None and rec["n"][i]]
-                unreadable = any(rec is None for rec in r["repeats"].values())
                 if not parts:
-                    seeds.append(None if unreadable else "empty")
+                    seeds.append("empty")
                     continue
                 w = sum(rec["bytes"][i] for rec in parts)
                 seeds.append({k: math.fsum(rec[k][i] * rec["bytes"][i] for rec in parts) / w
                               for k in ("first", "second")} | {"bytes": w,
                                                                "repeats": sum(rec["n"][i] for rec in parts)})
-            if any(s is None for s in seeds) or any(s == "empty" for s in seeds):
+            if any(s == "empty" for s in seeds):
                 per_bin.append(None)
                 continue
             gains = [s["first"] - s["second"] for s in seeds]
@@ -300,16 +306,48 @@ def repeat_summary(data: Mapping) -> dict[str, dict]:
     return out
 
 
-def repeat_findings(data: Mapping) -> dict:
+def _bin_windows(data: Mapping) -> list[set[int]]:
+    """For each distance bin of the repeat test, the window lengths its repeats are read in
+    (each at the shortest evaluation length that holds both copies)."""
+    try:
+        info = data["repeats"]
+        lengths = sorted(int(n) for n in info["lengths"])
+        out = [set() for _ in info["distances"]]
+        for f, s, n in info["repeats"]:
+            fit = next((w for w in lengths if s + n - f <= w), None)
+            for i, (lo, hi) in enumerate(info["distances"]):
+                if lo <= s - f < hi and fit is not None:
+                    out[i].add(fit)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"data must be the results of benchmarks/text_lm.py (missing {err})") from None
+    return out
+
+
+def inside_bins(data: Mapping) -> list[int]:
+    """The indices of the repeat test's distance bins whose every repeat is read in a window no
+    longer than the training length (both copies within what the models were trained on)."""
+    try:
+        info, context = data["repeats"], data["config"]["model"]["context"]
+        reps, bins = info["repeats"], info["distances"]
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"data must be the results of benchmarks/text_lm.py (missing {err})") from None
+    return [i for i, (lo, hi) in enumerate(bins)
+            if any(lo <= s - f < hi for f, s, n in reps)
+            and all(s + n - f <= context for f, s, n in reps if lo <= s - f < hi)]
+
+
+def repeat_findings(data: Mapping, bins: list[int] | None = None) -> dict:
     """What the repeat test found over every model and distance bin it could read
-    (:func:`repeat_summary`): ``largest`` (the largest mean saving: ``mixer``, ``bin``,
-    ``gain``, ``first``), ``consistent`` (the ``(mixer, bin)`` pairs where every seed saved
-    bits on the second copy), ``cells`` (how many pairs were read), ``spread`` (the largest
-    half range of a pair's per-seed savings) and ``first_worst`` (the highest loss on a first
-    copy: a model read past what it was trained on). Only a finished run."""
+    (:func:`repeat_summary`), or only the bins whose indices ``bins`` lists: ``largest`` (the
+    largest mean saving: ``mixer``, ``bin``, ``gain``, ``first``), ``consistent`` (the
+    ``(mixer, bin)`` pairs where every seed saved bits on the second copy), ``cells`` (how many
+    pairs were read), ``spread`` (the largest half range of a pair's per-seed savings) and
+    ``first_worst`` (the highest loss on a first copy: a model reading past what it was trained
+    on). Only a finished run."""
     summary = repeat_summary(data)
-    bins = [tuple(b) for b in data["repeats"]["distances"]]
-    cells = [(m, bins[i], b) for m, per in summary.items() for i, b in enumerate(per) if b is not None]
+    edges = [tuple(b) for b in data["repeats"]["distances"]]
+    keep = range(len(edges)) if bins is None else bins
+    cells = [(m, edges[i], per[i]) for m, per in summary.items() for i in keep if per[i] is not None]
     if not cells:
         raise ValueError("data holds no repeat the models could read")
     m, where, b = max(cells, key=lambda c: c[2]["gain"])
