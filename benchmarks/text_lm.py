@@ -3,7 +3,8 @@
     nohup nice -n 10 python benchmarks/text_lm.py --threads 1 > text_lm.log 2>&1 &   # the chapter's run
                                                     # (start it once per core: workers share the file)
     python benchmarks/text_lm.py --preset quick      # a smoke run (minutes), written to text_lm_quick.json
-    python benchmarks/text_lm.py --preset short      # the earlier 300-step run (text_lm.json + the shipped GPT-2)
+    python benchmarks/text_lm.py --preset short      # the earlier 300-step run (text_lm.json)
+    python benchmarks/text_lm.py --save W --ship gpt2_fan_in:1  # ship that run's kept weights
     python benchmarks/text_lm.py --preset plateau    # GPT-2's plateau: what shortens it (text_lm_plateau.json)
 
 For each model of :data:`gpt2k3.experiments.text_lm.MIXERS` (GPT-2 as published and started at
@@ -43,8 +44,12 @@ no warm-up and with the short run's 30 warm-up steps (its rate trials give the o
 rates at that budget); at every point of the validation curve it records how much each layer's attention
 looks at the previous byte, by position (:func:`gpt2k3.experiments.text_lm.previous_byte_attention`).
 
-Writes ``benchmarks/results/<preset's file>``; the ``short`` preset also writes the shipped
-checkpoint ``src/gpt2k3/checkpoints/text_gpt2.pt`` (from its GPT-2 of seed 0). Run
+Writes ``benchmarks/results/<preset's file>``. ``--ship MIXER:SEED`` (with ``--save``, the
+folder the run's weights were kept in) writes the shipped checkpoint
+``src/gpt2k3/checkpoints/text_gpt2.pt`` from a finished run of the chapter preset and notes it in
+the results file; the book ships GPT-2 with the fan-in start, seed 1, the first of its runs at
+the chosen rate whose weights were kept (its seed 0, the rate trial, ran before ``--save``
+kept weights). Run
 ``python scripts/sync_results.py`` afterwards. The corpus comes from Debian's ``bible`` program
 (``apt-get install bible-kjv``; ``scripts/setup_env.sh`` installs it); ``--text FILE`` trains on
 any text file instead (its last tenth held out).
@@ -98,7 +103,6 @@ class Plan:
     train: TextTrainConfig
     sweep_lrs: tuple[float, ...] | None = None
     sweep_seed: int = 0
-    ship_checkpoint: bool = False
     sample: dict = field(default_factory=lambda: dict(SAMPLE))
 
 
@@ -110,7 +114,7 @@ def _presets() -> dict[str, Plan]:
         "chapter": Plan(out="text_lm_tuned.json", mixers=ORDER, seeds=(0, 1, 2),
                         model=TextModelConfig(), train=chapter, sweep_lrs=(1e-3, 3e-3, 1e-2)),
         "short": Plan(out="text_lm.json", mixers=ORDER[:1] + ORDER[3:], seeds=(0, 1),
-                      model=TextModelConfig(), train=TextTrainConfig(), ship_checkpoint=True),
+                      model=TextModelConfig(), train=TextTrainConfig()),
         "quick": Plan(out="text_lm_quick.json", mixers=ORDER, seeds=(0,), model=TextModelConfig(),
                       train=TextTrainConfig(steps=6, eval_every=3, curve_windows=2,
                                             eval_windows=1, warmup=2),
@@ -685,8 +689,6 @@ def main(argv=None) -> Path:
         with locked(path):
             sync()
             (sweep if phase == "sweep" else runs).append(record)
-            if plan.ship_checkpoint and m == text_lm.REFERENCE and seed == 0 and phase == "run":
-                extra["checkpoint"] = ship_gpt2(run.model, record, plan.sample, mixer=m, seed=seed)
             save_all()
             claims = live_claims(path)
             claims.pop(repr(job), None)

@@ -74,7 +74,8 @@ def load_checkpoint(path) -> tuple[GPT, dict]:
 
 
 def load_gpt2() -> GPT:
-    """The small GPT-2 trained on the King James Bible in chapter 11 (seed 0), shipped with the
+    """The small GPT-2 trained on the King James Bible in chapter 11's longer run (started at
+    ``N(0, 1/fan_in)``, its results file's ``checkpoint`` names the run), shipped with the
     package: 4 layers, width 128, byte vocabulary, 256 positions. Float32, eval mode."""
     path = checkpoint_path()
     if not path.is_file():
