@@ -114,3 +114,18 @@ def test_the_explorer_redraws_every_view(data):
     assert shown[1].layout.yaxis.type == "log"
     box.controls["arms"].value = ()
     assert "Not a valid setting" in box.current.value
+
+
+def test_the_logit_facts_are_the_runs(data):
+    f = ofigs.logit_facts(data, late=2)
+    assert f["peak_steps"] == (3, 3)  # every unclipped run peaks at its last step
+    assert f["late_max"] == {"adamw": 11.0, "muon": 3.0}
+    assert f["peak_range"] == {"adamw": (9.0, 11.0), "muon": (2.5, 3.0)}
+    assert f["tau"] == 5.5 and f["clipped_late_max"] == 6.0
+    assert f["over_within_pct"] == 100.0  # the one step above 5.5 is 6.0, within 10 %
+    assert ofigs.logit_facts(data, late=2, near_pct=5)["over_within_pct"] == 0.0
+    assert f["curve_offsets"] == pytest.approx((0.0, 0.0))
+    with pytest.raises(ValueError, match="late"):
+        ofigs.logit_facts(data, late=4)
+    with pytest.raises(ValueError, match="with and without"):
+        ofigs.logit_facts({**data, "runs": [r for r in data["runs"] if r.get("qk_clip") is None]}, late=2)

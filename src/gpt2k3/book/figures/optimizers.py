@@ -20,8 +20,8 @@ import plotly.graph_objects as go
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 
-__all__ = ["ARMS", "ARM_LABELS", "arm_runs", "largest_jump", "optimizer_summary", "optimizer_table",
-           "lr_trial_table", "optimizer_curves", "max_logit_curves"]
+__all__ = ["ARMS", "ARM_LABELS", "arm_runs", "largest_jump", "optimizer_summary", "logit_facts",
+           "optimizer_table", "lr_trial_table", "optimizer_curves", "max_logit_curves"]
 
 #: The four arms of the experiment, in the order the chapter shows them.
 ARMS = ("adamw", "muon", "adamw_qk", "muon_qk")
@@ -88,6 +88,38 @@ def optimizer_summary(data: Mapping) -> dict[str, dict]:
                     "steps_with_a_clip": None if rs[0]["qk_clip"] is None else
                     sum(sum(c > 0 for c in r["heads_clipped"]) for r in rs)}
     return out
+
+
+def logit_facts(data: Mapping, late: int = 100, near_pct: float = 10) -> dict:
+    """What the full runs' largest attention logits did, for the chapter's prose: ``peak_steps``
+    (the earliest and latest step, 1-based, at which an unclipped run peaked), ``late_max`` (per
+    unclipped arm, the largest logit over the last ``late`` steps), ``peak_range`` (per unclipped
+    arm, the lowest and highest peak of its runs), ``tau`` (the clip threshold),
+    ``clipped_late_max`` (the largest logit of a clipped run over its last ``late`` steps),
+    ``over_within_pct`` (of the clipped runs' steps whose largest logit is above ``tau``, the
+    share within ``near_pct`` percent of it) and ``curve_offsets`` (the lowest and highest
+    difference between a run's last validation-curve point and its final evaluation)."""
+    runs = [r for r in _check(data) if r["phase"] == "full"]
+    if not isinstance(late, int) or not 1 <= late <= min(len(r["max_logits"]) for r in runs):
+        raise ValueError(f"late must be an int between 1 and the steps of a run, got {late!r}")
+    unclipped = [r for r in runs if r["qk_clip"] is None]
+    clipped = [r for r in runs if r["qk_clip"] is not None]
+    if not unclipped or not clipped:
+        raise ValueError("data must hold full runs with and without QK-clip")
+    peaks = [r["max_logits"].index(r["max_logit"]) + 1 for r in unclipped]
+    arms = sorted({r["arm"] for r in unclipped}, key=ARMS.index)
+    tau = clipped[0]["qk_clip"]
+    over = [v for r in clipped for v in r["max_logits"] if v > tau]
+    offsets = [r["curve"][-1]["bits"] - r["val_bits"] for r in runs]
+    return {"peak_steps": (min(peaks), max(peaks)),
+            "late_max": {a: max(max(r["max_logits"][-late:]) for r in unclipped if r["arm"] == a)
+                         for a in arms},
+            "peak_range": {a: (min(r["max_logit"] for r in unclipped if r["arm"] == a),
+                               max(r["max_logit"] for r in unclipped if r["arm"] == a)) for a in arms},
+            "tau": tau, "clipped_late_max": max(max(r["max_logits"][-late:]) for r in clipped),
+            "over_within_pct": (100 * sum(v <= (1 + near_pct / 100) * tau for v in over) / len(over)
+                                if over else None),
+            "curve_offsets": (min(offsets), max(offsets))}
 
 
 def optimizer_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
