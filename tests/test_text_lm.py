@@ -261,8 +261,11 @@ def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
     assert isinstance(model, GPT) and not model.training
     assert model.config.block_size == 256 and model.config.vocab_size == 256
     assert model.config.position == "learned" and type(model.transformer.h[0].attn) is CausalSelfAttention
-    data = results.load("text_lm.json")
+    data = results.load("text_lm_tuned.json")  # the longer run trained it
     shipped = data["checkpoint"]
+    assert shipped["mixer"] in text_lm.LEARNED_POSITIONS
+    run = next(r for r in data["runs"] if (r["mixer"], r["seed"]) == (shipped["mixer"], shipped["seed"]))
+    assert shipped["sample"] == run["sample"]
     s = shipped["sample"]
     a = text_lm.sample(model, s["prompt"], len(s["ids"]), temperature=data["config"]["sample"]["temperature"],
                        seed=data["config"]["sample"]["seed"])
