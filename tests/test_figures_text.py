@@ -224,3 +224,27 @@ def test_throughput_sessions():
     s = figs.throughput_sessions(d)
     assert s["main"] == {"deltanet": {0: 1.0}} and s["rerun"] == {"k3": {0: 5.0}}
     assert s["load"]["rerun"] == [3.5]
+
+
+def _tuned_complete() -> bool:
+    return results.exists("text_lm_tuned.json") and bool(results.load("text_lm_tuned.json").get("complete"))
+
+
+@pytest.mark.skipif(not _tuned_complete(), reason="the longer run has not finished")
+def test_the_longer_run_builds_every_figure_and_table():
+    """Chapter 11's longer run, as stored: every model has its rate between two worse ones, all
+    its seeds, and every figure and table of the chapter builds from it."""
+    from gpt2k3.book.figures import text_longer as longfigs
+
+    data = results.load("text_lm_tuned.json")
+    for m, choice in data["lr_choice"].items():
+        tried = sorted(float(lr) for lr in choice["bits"])
+        assert tried[0] < choice["lr"] < tried[-1]  # a worse rate on either side
+    assert {(r["mixer"], r["seed"]) for r in data["runs"]} == {
+        (m, s) for m in data["config"]["mixers"] for s in data["config"]["seeds"]}
+    headers, rows = longfigs.seed_table(data)
+    assert len(rows) == len(data["config"]["mixers"]) + 3
+    for fig in (longfigs.lr_sweep(data), longfigs.repeat_gain(data)):
+        assert fig.layout.sliders
+    assert longfigs.repeat_findings(data, bins=longfigs.inside_bins(data))["cells"]
+    figs.text_samples_html(data)
