@@ -23,7 +23,7 @@ from typing import Mapping
 import plotly.graph_objects as go
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
-from gpt2k3.book.figures.text import COLORS
+from gpt2k3.book.figures.text import COLORS, spread
 from gpt2k3.experiments.text_lm import MIXER_LABELS
 
 __all__ = ["PLATEAU_LABELS", "plateau_summary", "plateau_curves", "previous_byte_heads",
@@ -183,18 +183,17 @@ def repeat_table(data: Mapping) -> tuple[list[str], list[list]]:
     reads, by distance bin (bytes from the first copy's start to the second's): how many, how
     many bytes are scored (each copy from its ``skip``-th byte on) and the window length they
     are read in. Settings only: no run's result."""
+    windows_of = _bin_windows(data)
     try:
         info = data["repeats"]
         reps, skip, bins = info["repeats"], info["skip"], info["distances"]
-        lengths = sorted(int(n) for n in info["lengths"])
     except (KeyError, TypeError) as err:
         raise ValueError(f"data must be the results of benchmarks/text_lm.py (missing {err})") from None
     rows = []
-    for lo, hi in bins:
+    for (lo, hi), windows in zip(bins, windows_of):
         mine = [(f, s, n) for f, s, n in reps if lo <= s - f < hi]
-        windows = sorted({next((w for w in lengths if s + n - f <= w), None) for f, s, n in mine} - {None})
         rows.append([f"{lo:,}–{hi - 1:,}", len(mine), sum(n - skip for *_, n in mine),
-                     ", ".join(f"{w:,}" for w in windows) or "–"])
+                     ", ".join(f"{w:,}" for w in sorted(windows)) or "–"])
     return ["distance (bytes)", "repeats", "bytes scored", "read in windows of"], rows
 
 
@@ -244,8 +243,6 @@ def seed_table(data: Mapping) -> tuple[list[str], list[list]]:
     rate, its validation bits per byte at the training length for each seed, their mean and
     half their range (lowest to highest seed), best first; then the byte n-gram tables (four-,
     three- and two-byte) scored on the same evaluation windows. Only a finished run."""
-    from gpt2k3.book.figures.text import spread
-
     _complete(data)
     seeds = list(data["config"]["seeds"])
     rows = []
@@ -327,13 +324,10 @@ def inside_bins(data: Mapping) -> list[int]:
     """The indices of the repeat test's distance bins whose every repeat is read in a window no
     longer than the training length (both copies within what the models were trained on)."""
     try:
-        info, context = data["repeats"], data["config"]["model"]["context"]
-        reps, bins = info["repeats"], info["distances"]
+        context = data["config"]["model"]["context"]
     except (KeyError, TypeError) as err:
         raise ValueError(f"data must be the results of benchmarks/text_lm.py (missing {err})") from None
-    return [i for i, (lo, hi) in enumerate(bins)
-            if any(lo <= s - f < hi for f, s, n in reps)
-            and all(s + n - f <= context for f, s, n in reps if lo <= s - f < hi)]
+    return [i for i, windows in enumerate(_bin_windows(data)) if windows and max(windows) <= context]
 
 
 def repeat_findings(data: Mapping, bins: list[int] | None = None) -> dict:
