@@ -15,6 +15,7 @@ Conventions (see the design notes): sequences are ``(B, H, T, D)``, recurrent st
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -33,6 +34,8 @@ class _LazyTorch:
 torch = _LazyTorch()
 
 __all__ = [
+    "checked",
+    "check_bool",
     "is_int",
     "check_nonnegative_int",
     "check_positive_number",
@@ -72,6 +75,39 @@ __all__ = [
     "check_token_ids",
     "check_sampling",
 ]
+
+
+def checked(check):
+    """Decorator: the public door of a pure body. ``check(*args, **kwargs)`` runs first, with the
+    body's own arguments; it raises ``ValueError`` on bad input and returns nothing (it never
+    transforms what it checks). The body then runs unchanged.
+
+    The door keeps the body's name and docstring (``functools.wraps``), so ``inspect.unwrap``
+    (and the book's ``show_source``) reaches the body, and ``door.__wrapped__`` is the body
+    for a caller that has already checked its inputs (a layer whose inputs are valid by
+    construction, in a decode step that must not wait on the device)::
+
+        @checked(check_delta_rule_call)
+        def recurrent(q, k, v, beta, *, initial_state=None): ...
+    """
+    if not callable(check):
+        raise ValueError(f"check must be callable, got {type(check).__name__}")
+
+    def wrap(body):
+        @functools.wraps(body)
+        def door(*args, **kwargs):
+            check(*args, **kwargs)
+            return body(*args, **kwargs)
+        door.check = check
+        return door
+    return wrap
+
+
+def check_bool(value, name: str) -> bool:
+    """``value`` if it is a real ``bool`` (a string such as ``"no"`` would be silently truthy)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def _fmt(shape) -> str:
