@@ -797,3 +797,63 @@ def test_plan_roofline_parts_split_the_state_by_head_and_the_latent_not():
         s.n_moe_layers * busiest * s.expert_params * 2, rel=1e-12)
     # the roofline of a plain call carries no breakdown
     assert roofline(s, n_ctx, 1).bytes_by_part is None
+
+
+# --- the accounting's front doors: flags are bools, numbers are finite ------------------------
+_NOT_BOOLS = ["no", "", 0, 1, None, float("nan"), float("inf")]
+
+
+@pytest.mark.parametrize("flag", ["router_bias", "include_vision"])
+@pytest.mark.parametrize("value", _NOT_BOOLS)
+def test_stored_elements_and_checkpoint_bytes_take_their_flags_as_bools(flag, value):
+    """``include_vision="no"`` once counted the vision tower it was asked to leave out (a
+    non-empty string is truthy): every flag is checked as a bool, and the error names it."""
+    from gpt2k3.accounting import checkpoint_bytes, stored_elements
+    from gpt2k3.archs import KIMI_K3
+    for fn in (stored_elements, checkpoint_bytes):
+        with pytest.raises(ValueError, match=flag):
+            fn(KIMI_K3, **{flag: value})
+    # the real bools still do what they say
+    with_tower = stored_elements(KIMI_K3, include_vision=True)
+    without = stored_elements(KIMI_K3, include_vision=False)
+    assert with_tower["vision tower"] > 0 and without["vision tower"] == 0
+
+
+@pytest.mark.parametrize("fn, arg", [
+    ("flops_per_token", "mla_absorbed"), ("roofline", "mla_absorbed"),
+    ("roofline_band", "mla_absorbed"), ("latent_moe_break_even", "stored")])
+def test_every_accounting_flag_rejects_a_string(fn, arg):
+    from gpt2k3 import accounting
+    from gpt2k3.accounting import k3_mechanisms
+    from gpt2k3.archs import KIMI_K3
+    args = {"flops_per_token": (KIMI_K3, 4096), "roofline": (KIMI_K3, 4096),
+            "roofline_band": (KIMI_K3, 4096), "latent_moe_break_even": (KIMI_K3,)}[fn]
+    with pytest.raises(ValueError, match=arg):
+        (getattr(accounting, fn, None) or getattr(k3_mechanisms, fn))(*args, **{arg: "no"})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("call, arg", [
+    (lambda a, s, v: a.decode_bytes(s, 4096, weight_bytes=v), "weight_bytes"),
+    (lambda a, s, v: a.kv_cache_bytes(s, 4096, dtype_bytes=v), "dtype_bytes"),
+    (lambda a, s, v: a.checkpoint_bytes(s, other_bytes=v), "other_bytes"),
+    (lambda a, s, v: a.roofline(s, 4096, weight_bytes=v), "weight_bytes"),
+    (lambda a, s, v: a.training.training_flops(v, 1e9), "n_params"),
+    (lambda a, s, v: a.training.training_flops(1e9, v), "tokens"),
+    (lambda a, s, v: a.H200.with_(bandwidth=v), "bandwidth"),
+])
+def test_accounting_numbers_reject_nan_and_inf_by_name(call, arg, value):
+    from gpt2k3 import accounting
+    import gpt2k3.accounting.training  # noqa: F401  (a.training below)
+    from gpt2k3.archs import KIMI_K3
+    with pytest.raises(ValueError, match=arg):
+        call(accounting, KIMI_K3, value)
+
+
+@pytest.mark.parametrize("field_name", ["name", "source"])
+def test_spec_and_hardware_names_are_strings(field_name):
+    from gpt2k3.accounting import H200
+    from gpt2k3.archs import KIMI_K3
+    for obj in (KIMI_K3, H200):
+        with pytest.raises(ValueError, match=field_name):
+            obj.with_(**{field_name: float("nan")})

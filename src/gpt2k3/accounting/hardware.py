@@ -43,6 +43,8 @@ class Hardware:
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name must be a non-empty str, got {self.name!r}")
+        if not isinstance(self.source, str):
+            raise ValueError(f"source must be a str, got {self.source!r}")
         check_bytes(self.memory_bytes, "memory_bytes")
         check_positive_number(self.bandwidth, "bandwidth", "number of bytes per second")
         check_positive_number(self.peak_flops, "peak_flops", "number of FLOP/s")

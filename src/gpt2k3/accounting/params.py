@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpt2k3.accounting.spec import ArchSpec, check_spec
-from gpt2k3.checks import is_int
+from gpt2k3.checks import check_bool, is_int
 
 __all__ = ["ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
            "PART_COMPONENTS", "PART_OF_DETAIL", "packed_bytes_per_weight", "checkpoint_bytes",
@@ -254,6 +254,8 @@ def stored_elements(spec: ArchSpec, expert_bits: int | None = None, group_size: 
     ``"router biases"``, ``"A_log beyond one per head"``, ``"vision tower"``) and their
     ``"total"``.
     """
+    check_bool(router_bias, "router_bias")
+    check_bool(include_vision, "include_vision")
     if not is_int(group_size) or group_size <= 0:
         raise ValueError(f"group_size must be a positive int, got {group_size!r}")
     if expert_bits is not None and not is_int(expert_bits):
@@ -339,6 +341,8 @@ def checkpoint_bytes(spec: ArchSpec, expert_bits: int | None = 4, group_size: in
     if isinstance(other_bytes, bool) or not isinstance(other_bytes, (int, float)) \
             or not other_bytes > 0 or other_bytes != other_bytes or other_bytes == float("inf"):
         raise ValueError(f"other_bytes must be a positive number of bytes, got {other_bytes!r}")
+    check_bool(router_bias, "router_bias")
+    check_bool(include_vision, "include_vision")
     e = stored_elements(spec, expert_bits, group_size, router_bias, a_log_stored, include_vision)
     if expert_bits is None:
         experts = count_params(spec).parts["routed experts"] * other_bytes

@@ -176,6 +176,9 @@ class ArchSpec:
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
+        for name in ("name", "source"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a str, got {getattr(self, name)!r}")
         for name in ("vocab_size", "n_layer", "d_model", "n_head"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:
