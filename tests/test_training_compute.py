@@ -101,3 +101,26 @@ def test_the_chapters_table_is_the_accounting():
     assert by["Kimi K2"][1:4] == ["31.69B", "15.5T", "2.95e24"]
     assert by["GPT-2 small"][1:4] == ["123.5M", "not stated", "—"]
     assert "40 GB" in by["GPT-2 small"][4] and "Radford" in by["GPT-2 small"][4]
+
+
+def test_k3_report_values_are_the_quoted_ones():
+    """Every value the book takes from Kimi K3's report is in the sentence it is quoted from,
+    so a changed value or quote fails here, not in the prose."""
+    from gpt2k3.accounting.training import K3_REPORT, k3_recipe_rows
+    r = K3_REPORT
+    assert f"{r['scaling_efficiency']['factor']:g}\u00d7" in r["scaling_efficiency"]["quote"]
+    assert f"{r['scaling_efficiency']['factor']:g}\u00d7" in r["scaling_law"]["quote"]
+    assert "data" in r["scaling_efficiency"]["quote"] and "training" in r["scaling_law"]["quote"]
+    s = r["schedule"]
+    assert f"{100 * s['warmup_fraction']:g}% linear warmup" in s["quote"]
+    assert f"Weight decay is set to {s['weight_decay']:g}" in s["quote"]
+    c = r["context"]
+    assert f"from {c['pretraining'][0]} to {c['pretraining'][1]} tokens during pre-training" in c["quote"]
+    assert f"from {c['cooldown'][0]} to {c['cooldown'][1]} tokens during the cooldown" in c["quote"]
+    assert "four-stage" in c["quote"] and c["stages"] == 4
+    assert "NoPE" in r["positions"]["quote"] and "WSD" in r["schedule_choice"]["quote"]
+    # the report states no token count: the training run has none either
+    assert r["tokens"]["disclosed"] is False
+    assert next(run for run in tc.TRAINING_RUNS if run.model == "Kimi K3").tokens is None
+    rows = k3_recipe_rows()
+    assert all(len(row) == 3 for row in rows) and rows[-1][1] == "(not stated)"

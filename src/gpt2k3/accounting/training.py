@@ -31,8 +31,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["TrainingRun", "TRAINING_RUNS", "CLAIMED_MULTIPLIERS", "training_flops",
-           "training_compute", "compute_ratio", "size_ratios"]
+__all__ = ["TrainingRun", "TRAINING_RUNS", "CLAIMED_MULTIPLIERS", "K3_REPORT",
+           "k3_recipe_rows", "training_flops", "training_compute", "compute_ratio", "size_ratios"]
 
 _GPT2 = "Radford et al. 2019, 'Language Models are Unsupervised Multitask Learners', Section 2.1"
 _KIMI_LINEAR_README = "github.com/MoonshotAI/Kimi-Linear, README"
@@ -104,6 +104,93 @@ CLAIMED_MULTIPLIERS = {
                                       "Section 1; its scaling-law comparison (Section 5.1) puts "
                                       "it at 5.6 PFLOP/s-days"},
 }
+
+
+_K3_REPORT = "Kimi Team 2026, 'Kimi K3: Open Frontier Intelligence' (arXiv:2607.24653v2)"
+
+#: What Kimi K3's technical report says about its pre-training, quoted from its text (a public
+#: transcription; the report's figures were transcribed with errors, so no number here is read
+#: off a figure). Each entry: ``quote`` (the report's words), ``section``, and the values the
+#: book uses, typed from the quote.
+K3_REPORT = {
+    "scaling_efficiency": {
+        "factor": 2.5,
+        "quote": "Together with Stable LatentMoE, which effectively activates 16 of 896 routed "
+                 "experts per token, and refined training and data recipes, these advances yield "
+                 "an approximately 2.5\u00d7 improvement in overall scaling efficiency over Kimi K2",
+        "section": "abstract",
+        "compares": "Kimi K3's model family against Kimi K2's: architecture (KDA, Attention "
+                    "Residuals, Stable LatentMoE), data and training recipe together",
+    },
+    "scaling_law": {
+        "quote": "Taken together, the architectural, data, and training improvements described in "
+                 "the previous sections define our new model family. Since these changes also "
+                 "alter the optimal training regime, we conduct dedicated scaling-law studies to "
+                 "retune key hyperparameters, including the batch size, learning rate, "
+                 "tokens-per-parameter ratio (TPP) and the model shape. Evaluated on held-out OOD "
+                 "validation data, the scaling law curves in (Fig. 7) show that these improvements "
+                 "collectively deliver an approximately 2.5\u00d7 gain in overall scaling "
+                 "efficiency over Kimi K2.",
+        "section": "3.2",
+        "figure": "Figure 7: Fitted scaling-law curves for Kimi K2 and Kimi K3. Kimi K3 achieves "
+                  "2.5\u00d7 gain in scaling efficiency over Kimi K2.",
+    },
+    "schedule_choice": {
+        "quote": "To ensure a fair comparison, we conduct an independent scaling-law search for "
+                 "each schedule. Under their respective optimal hyperparameter settings, cosine "
+                 "decay consistently achieves a lower final loss than WSD.",
+        "section": "3.2",
+    },
+    "schedule": {
+        "warmup_fraction": 0.01, "weight_decay": 0.1,
+        "quote": "We use a cosine learning rate schedule with a 1% linear warmup. Weight decay is "
+                 "set to 0.1 throughout.",
+        "section": "3.3",
+    },
+    "optimizer": {
+        "quote": "We optimize the model using the Per-Head Muon optimizer (\u00a7 2.5) together "
+                 "with the weight-clipping mechanism introduced in Kimi K2, while adopting QB "
+                 "(\u00a7 2.3.3) for MoE load balancing.",
+        "section": "3.3",
+    },
+    "context": {
+        "pretraining": ("8K", "64K"), "cooldown": ("256K", "1M"), "stages": 4,
+        "quote": "We achieve this through extending the context window progressively as training "
+                 "proceeds, following a four-stage curriculum. The window grows from 8K to 64K "
+                 "tokens during pre-training, and from 256K to 1M tokens during the cooldown phase.",
+        "section": "3.4",
+    },
+    "positions": {
+        "quote": "Kimi K3 uses no explicit positional embedding (NoPE), and instead encodes "
+                 "positional information implicitly through the recurrent gating and decay "
+                 "mechanism of KDA. As a result, the model extrapolates directly to 1M-token "
+                 "contexts without any positional-encoding modification, such as RoPE rescaling "
+                 "or interpolation [93].",
+        "section": "3.4",
+    },
+    "tokens": {
+        "disclosed": False,
+        "quote": "",
+        "section": "abstract, 1, 3.1-3.4",
+        "note": "the abstract, the introduction and the pre-training sections (3.1 data, 3.2 "
+                "scaling law, 3.3 recipe, 3.4 long context) give no count of pre-training tokens; "
+                "3.2 names the tokens-per-parameter ratio among the retuned hyperparameters "
+                "without its value",
+    },
+    "source": _K3_REPORT,
+}
+
+
+def k3_recipe_rows() -> list[list[str]]:
+    """Rows ``[what, the report's words, section]`` of Kimi K3's pre-training recipe, for a
+    table: schedule, its choice over WSD, optimizer, context growth, positions, tokens."""
+    r = K3_REPORT
+    return [["schedule and weight decay", r["schedule"]["quote"], r["schedule"]["section"]],
+            ["cosine over WSD", r["schedule_choice"]["quote"], r["schedule_choice"]["section"]],
+            ["optimizer and balancing", r["optimizer"]["quote"], r["optimizer"]["section"]],
+            ["context growth", r["context"]["quote"], r["context"]["section"]],
+            ["positions", r["positions"]["quote"], r["positions"]["section"]],
+            ["pre-training tokens", "(not stated)", r["tokens"]["section"]]]
 
 
 def training_flops(n_params: float, tokens: float | None) -> float | None:
