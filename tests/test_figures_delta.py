@@ -46,7 +46,7 @@ def test_interference_curves_one_step_per_d():
     fig = figures.interference_curves(ds=(4, 8), trials=2, active=0)
     steps = _steps(fig)
     assert [s.label for s in steps] == ["4", "8"]
-    assert len(fig.data) == 5
+    assert len(fig.data) == 6  # the last: chapter 3's ELU+1 linear attention
     for step, d in zip(steps, (4, 8)):
         ns = figures.n_grid(d)
         assert _trace(step, "x", 0) == ns and max(ns) == 4 * d
@@ -215,3 +215,37 @@ def test_chunk_cost_explorer_redraws():
     box.controls["chunk_size"].value = 16
     assert "chunks of 16" in box.current.layout.title.text
     assert list(box.current.data[-1].x) == [16]
+
+
+# --------------------------------------------------------------------------- the delta-rule schematic
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_delta_read_write_draws_one_step_of_the_recurrence(beta):
+    from gpt2k3.ops import delta
+
+    fig = figures.delta_read_write(d=4, n=3, beta=beta, seed=0)
+    m, step = fig.matrices, fig.step
+    k, S0, S1 = m["$k_t$"], m["$S_{t-1}$"], m["$S_t$"]
+    v_old = m[r"$v^{\mathrm{old}}_t$"]
+    torch.testing.assert_close(k @ S0, v_old)
+    torch.testing.assert_close(beta * (m["$v_t$"] - v_old), m["$u_t$"])
+    torch.testing.assert_close(S0 + k.T @ m["$u_t$"], S1)
+    # the same state delta.recurrent reaches in one step
+    one = [x[None, None] for x in (k, k, m["$v_t$"])]
+    _, S_rec = delta.recurrent(*one, torch.full((1, 1, 1), beta, dtype=torch.float64),
+                               initial_state=S0[None, None])
+    torch.testing.assert_close(S1, S_rec[0, 0])
+    # the read after the write: (1 - beta) v_old + beta v
+    torch.testing.assert_close(m["$k_t S_t$"], (1 - beta) * v_old + beta * m["$v_t$"])
+    assert step.beta == beta and fig.caption and len(fig.alt) > 30
+
+
+def test_additive_curves_are_labelled_as_what_they_are():
+    fig = figures.interference_curves(ds=(8,), trials=2, active=0)
+    names = [t.name for t in fig.data]
+    assert not any(n == "additive (linear attention)" for n in names)
+    assert names[0] == figures.delta.ADDITIVE_LABEL and "no normaliser" in names[0]
+    assert names[-1] == figures.delta.ELU1_LABEL
+    (step,) = _steps(fig)
+    assert _close(_trace(step, "y", 5), memory.linear_attention_error_curve(8, figures.n_grid(8), trials=2))

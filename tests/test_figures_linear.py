@@ -265,3 +265,41 @@ def test_weights_explorer_redraws():
     assert len(box.current.data[0].z) == 5
     box.controls["scale"].value = 16.0
     assert "q, k × 16" in box.current.layout.title.text
+
+
+# --------------------------------------------------------------------------- the state schematic
+
+
+def test_state_read_write_draws_what_the_recurrence_computes():
+    from gpt2k3.ops import linear
+
+    fig = figures.state_read_write(d=4, n=3, seed=0)
+    m = fig.matrices
+    S = m["$S_t$"]
+    # the write: S_{t-1} + k_t^T v_t = S_t
+    torch.testing.assert_close(m["$S_{t-1}$"] + m["$k_t^{\\top}$"] @ m["$v_t$"], S)
+    # the same state as linear.recurrent over the three pairs, and its read with the first key
+    gen = torch.Generator().manual_seed(0)
+    k = linear.elu1(torch.randn(3, 4, generator=gen, dtype=torch.float64))
+    v = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    o, (S_rec, z) = linear.recurrent(k[None, None], k[None, None], v[None, None])
+    torch.testing.assert_close(S, S_rec[0, 0])
+    q = k[0]
+    torch.testing.assert_close(m["$o_t$"][0], (q @ S) / (q @ z[0, 0]))
+    # every stored value leaks into the read: positive weights that sum to one
+    w = fig.weights
+    assert (w > 0).all() and abs(float(w.sum()) - 1) < 1e-12
+    torch.testing.assert_close(m["$o_t$"][0], w @ v)
+    assert fig.caption and len(fig.alt) > 30
+    assert fig._repr_png_()[0][:4] == b"\x89PNG"
+
+
+def test_equation_rows_refuses_bad_rows():
+    from gpt2k3.book.figures.linear import equation_rows
+
+    with pytest.raises(ValueError, match="at least one matrix"):
+        equation_rows([("row", ["+"])], "c", "a")
+    with pytest.raises(ValueError, match="2-D"):
+        equation_rows([("row", [("x", torch.ones(3))])], "c", "a")
+    with pytest.raises(ValueError, match="n"):
+        figures.state_read_write(n=1)

@@ -220,3 +220,22 @@ VALUES = torch.randn(4, 2, generator=gen(1))
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_linear_attention_error_curve_is_chapter_3s_normalised_read():
+    # one pair reads back exactly; with more, the normalised read averages all values and the
+    # error tends to 1 whatever d is -- unlike the bare additive write, whose error falls with d
+    one, few, many = memory.linear_attention_error_curve(64, [1, 2, 256], trials=4)
+    assert one < 1e-12 and 0.3 < few < 1 and 0.9 < many < 1.05
+    bare = memory.error_curve(64, [2], "additive", trials=4)[0]
+    assert bare < few
+    # the same read as ops.linear.recurrent at its last position, for one pair set
+    gen = torch.Generator().manual_seed(0)
+    keys = linear.elu1(torch.randn(1, 5, 8, generator=gen, dtype=torch.float64))
+    values = torch.randn(1, 5, 8, generator=gen, dtype=torch.float64)
+    err = memory.linear_attention_error_curve(8, [5], trials=1, seed=0)[0]
+    _, (S, z) = linear.recurrent(keys[None], keys[None], values[None])
+    reads = (keys[0] @ S[0, 0]) / (keys[0] @ z[0, 0])[:, None]
+    assert abs(err - ((reads - values[0]).norm(dim=-1) / values[0].norm(dim=-1)).mean().item()) < 1e-12
+    with pytest.raises(ValueError):
+        memory.linear_attention_error_curve(8, [0])

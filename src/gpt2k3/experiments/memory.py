@@ -23,6 +23,10 @@ Three ways to fill the state are compared:
 * ``"delta"`` -- DeltaNet: each write first reads what the key already returns and stores only
   the correction, ``S <- S + beta k^T (v - k S)``, processed in order
   (:func:`gpt2k3.ops.delta`); :func:`read_erase_write` takes one such write apart;
+* :func:`linear_attention_error_curve` is chapter 3's linear attention used the same way: ELU+1
+  features of standard-normal keys (all positive, so no two are orthogonal), the additive write,
+  and a read divided by the normaliser ``q . z``. The ``"additive"`` rule above is the bare write,
+  with zero-mean unit keys and no normaliser;
 * ``"least_squares"`` -- not a write rule but a yardstick: the state that minimises the total
   squared recall error over all pairs, ``argmin_S |K S - V|^2``, computed with every pair in
   view at once. It is exact while the keys are linearly independent (``N <= D``) and no ``D x D``
@@ -50,6 +54,7 @@ from gpt2k3.checks import (
     check_same_dtype,
 )
 from gpt2k3.ops import delta as _delta
+from gpt2k3.ops.linear import elu1 as _elu1
 
 __all__ = [
     "RULES",
@@ -66,6 +71,7 @@ __all__ = [
     "expected_additive_error",
     "error_curve",
     "error_by_position",
+    "linear_attention_error_curve",
 ]
 
 #: The ways of filling a state that :func:`retrieval_error` and :func:`error_curve` know.
@@ -371,3 +377,28 @@ def error_by_position(
     gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
     keys, values = _draw(n, d, trials, key_kind, gen, dtype)
     return _pair_errors(keys, values, rule, beta).mean(0).tolist()
+
+
+def linear_attention_error_curve(d: int, ns, seed: int = 0, trials: int = 8, dtype=torch.float64) -> list[float]:
+    """Mean retrieval error of chapter 3's linear attention, against the number of stored pairs.
+
+    For each ``n`` in ``ns``: ``trials`` draws of ``n`` standard-normal keys mapped by ELU+1
+    (:func:`gpt2k3.ops.linear.elu1`, positive in every entry) and ``n`` standard-normal values;
+    the state ``S = sum_i phi(k_i)^T v_i`` and normaliser ``z = sum_i phi(k_i)``; each pair read
+    back with its own feature, ``phi(k_i) S / (phi(k_i) . z)``, as a causal read at the last
+    position does. The error is ``|read - v_i| / |v_i|``, averaged over pairs and trials.
+
+    Unlike the ``"additive"`` rule of :func:`error_curve` (zero-mean unit keys, no normaliser),
+    every pair of positive features overlaps, so the read is a weighted average of all values
+    and the error tends to 1 as ``n`` grows, whatever ``d`` is.
+    """
+    d, trials, ns = _check_curve_args(d, "additive", "random", trials, ns)
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
+    curve = []
+    for n in ns:
+        keys = _elu1(torch.randn(trials, n, d, generator=gen, dtype=dtype))
+        values = torch.randn(trials, n, d, generator=gen, dtype=dtype)
+        S, z = keys.transpose(-1, -2) @ values, keys.sum(1, keepdim=True)
+        reads = (keys @ S) / (keys * z).sum(-1, keepdim=True)
+        curve.append(((reads - values).norm(dim=-1) / values.norm(dim=-1)).mean().item())
+    return curve

@@ -29,19 +29,19 @@ __all__ += [  # chapter 2
 
 from gpt2k3.book.figures.linear import (crossover_n, feature_map_weights, feature_map_weights_data,
     first_crossing, generation_totals, measured_crossover, prefill_leak, seed_prefill_leak,
-    speedup_rows, state_vs_cache, state_vs_cache_counts)
+    speedup_rows, state_read_write, state_vs_cache, state_vs_cache_counts)
 
 __all__ += [  # chapter 3
     "prefill_leak", "seed_prefill_leak", "state_vs_cache_counts", "state_vs_cache",
     "feature_map_weights_data", "feature_map_weights", "first_crossing", "crossover_n",
-    "generation_totals", "speedup_rows", "measured_crossover"]
+    "generation_totals", "speedup_rows", "measured_crossover", "state_read_write"]
 
-from gpt2k3.book.figures.delta import (chunk_cost, chunkwise_speed, interference_beta,
+from gpt2k3.book.figures.delta import (chunk_cost, chunkwise_speed, delta_read_write, interference_beta,
     interference_by_position, interference_curves, n_grid, read_erase_write_stages, speed_rows)
 
 __all__ += [  # chapters 4 and 5
     "n_grid", "interference_curves", "interference_by_position", "interference_beta",
-    "read_erase_write_stages", "chunk_cost", "speed_rows", "chunkwise_speed"]
+    "read_erase_write_stages", "delta_read_write", "chunk_cost", "speed_rows", "chunkwise_speed"]
 
 from gpt2k3.book.figures.gates import (channel_decay, distractor_retrieval, forgetting_by_age,
     hybrid_cache, hybrid_cache_bytes, hybrid_spec, memory_half_life, ratio_label)

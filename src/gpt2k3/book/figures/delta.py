@@ -15,6 +15,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.book.figures.linear import equation_rows
 from gpt2k3.checks import check_int
 from gpt2k3.experiments import memory
 from gpt2k3.ops.wy import chunkwise_cost
@@ -25,12 +26,19 @@ __all__ = [
     "interference_by_position",
     "interference_beta",
     "read_erase_write_stages",
+    "delta_read_write",
     "chunk_cost",
     "speed_rows",
     "chunkwise_speed",
 ]
 
 _ADD, _DELTA, _LSQ, _ORTH, _GREY = PALETTE[1], PALETTE[0], PALETTE[2], PALETTE[3], "#888888"
+
+#: The bare additive write of these figures is not chapter 3's linear attention: its keys are
+#: zero-mean unit vectors and its read has no normaliser. Chapter 3's ELU+1 features are drawn
+#: separately (``ELU1_LABEL``).
+ADDITIVE_LABEL = "additive write (unit zero-mean keys, no normaliser)"
+ELU1_LABEL = "linear attention of chapter 3 (ELU+1 features, normalised read)"
 
 
 def _r(x, digits: int = 4):
@@ -79,18 +87,19 @@ def interference_curves(ds: Sequence[int] = (8, 16, 32, 64), beta: float = 1.0, 
                         seed: int = 0, active: int = 1) -> go.Figure:
     """Recall error against the number of stored pairs ``N`` (1 to ``4 D``); a slider over ``D``.
 
-    Traces: the additive rule (measured, and its ``sqrt((N - 1)/D)`` estimate), the delta rule
-    with write strength ``beta``, the least-squares state (the smallest total squared error any
-    ``D x D`` state has) -- all with random unit keys -- and orthogonal keys, exact for either
-    rule up to ``N = D``.
+    Traces: the bare additive write (measured, and its ``sqrt((N - 1)/D)`` estimate), the delta
+    rule with write strength ``beta``, the least-squares state (the smallest total squared error
+    any ``D x D`` state has) -- all with random zero-mean unit keys and no normaliser -- orthogonal
+    keys, exact for either rule up to ``N = D``, and last chapter 3's linear attention (ELU+1
+    features, read divided by ``q . z``: :func:`gpt2k3.experiments.memory.linear_attention_error_curve`).
     """
     ds = _ints(ds, "ds", 1)
     beta = _beta(beta)
     fig = go.Figure()
     hover = "N = %{x}: mean error %{y:.3f}<extra>%{fullData.name}</extra>"
-    fig.add_trace(go.Scatter(name="additive (linear attention)", mode="lines+markers",
+    fig.add_trace(go.Scatter(name=ADDITIVE_LABEL, mode="lines+markers",
                              line_color=_ADD, hovertemplate=hover))
-    fig.add_trace(go.Scatter(name="additive, estimate √((N−1)/D)", mode="lines",
+    fig.add_trace(go.Scatter(name="its estimate √((N−1)/D)", mode="lines",
                              line=dict(color=_ADD, dash="dot"), hovertemplate=hover))
     fig.add_trace(go.Scatter(name=f"delta rule, β = {beta:g}", mode="lines+markers",
                              line_color=_DELTA, hovertemplate=hover))
@@ -98,6 +107,8 @@ def interference_curves(ds: Sequence[int] = (8, 16, 32, 64), beta: float = 1.0, 
                              line_color=_LSQ, hovertemplate=hover))
     fig.add_trace(go.Scatter(name="orthogonal keys, either rule", mode="markers",
                              marker=dict(color=_ORTH, symbol="diamond", size=8), hovertemplate=hover))
+    fig.add_trace(go.Scatter(name=ELU1_LABEL, mode="lines", line=dict(color=_GREY, dash="dash"),
+                             hovertemplate=hover))
     style(fig, title="", x_title="stored pairs N", y_title="mean relative recall error |kS − v| / |v|",
           height=520)
     fig.update_layout(margin=dict(t=150), legend=dict(y=1.04))
@@ -112,10 +123,11 @@ def interference_curves(ds: Sequence[int] = (8, 16, 32, 64), beta: float = 1.0, 
             memory.error_curve(d, ns, "least_squares", seed=seed, trials=trials),
             memory.error_curve(d, orth, "delta", key_kind="orthogonal", beta=1.0, seed=seed,
                                trials=trials),
+            memory.linear_attention_error_curve(d, ns, seed=seed, trials=trials),
         ]
         curves = _r(curves)
         top = max(top, *(max(c) for c in curves))
-        xs = [ns, ns, ns, ns, orth]
+        xs = [ns, ns, ns, ns, orth, ns]
         steps.append(Step(
             label=str(d), data={"x": xs, "y": curves},
             layout={"title.text": (f"D = {d}: a {d}×{d} state holding N pairs<br>"
@@ -142,7 +154,7 @@ def interference_by_position(d: int = 16, ns: Sequence[int] | None = None, beta:
     if key_kind == "orthogonal" and max(ns) > d:
         raise ValueError(f"orthogonal keys need every N <= d = {d}; got N = {max(ns)}")
     fig = go.Figure()
-    names = ["additive (linear attention)", f"delta rule, β = {beta:g}", "least-squares state"]
+    names = [ADDITIVE_LABEL, f"delta rule, β = {beta:g}", "least-squares state"]
     for name, color, dash in zip(names, (_ADD, _DELTA, _LSQ), ("solid", "solid", "dot")):
         fig.add_trace(go.Scatter(name=name, mode="lines+markers", line=dict(color=color, dash=dash),
                                  marker_size=5,
@@ -190,7 +202,7 @@ def interference_beta(d: int = 16, betas: Sequence[float] = (0.1, 0.25, 0.5, 0.7
     lsq = _r(memory.error_curve(d, ns, "least_squares", seed=seed, trials=trials))
     hover = "N = %{x}: mean error %{y:.3f}<extra>%{fullData.name}</extra>"
     fig = go.Figure([
-        go.Scatter(x=ns, y=additive, name="additive (linear attention)", mode="lines",
+        go.Scatter(x=ns, y=additive, name=ADDITIVE_LABEL, mode="lines",
                    line=dict(color=_ADD), hovertemplate=hover),
         go.Scatter(x=ns, y=lsq, name="least-squares state (best in squared error)", mode="lines",
                    line=dict(color=_LSQ, dash="dot"), hovertemplate=hover),
@@ -448,4 +460,40 @@ def chunkwise_speed(results: dict) -> go.Figure:
     fig.update_xaxes(type="log", tickvals=chunks, ticktext=[str(c) for c in chunks], tickangle=0,
                      title_text="chunk size C (log scale)", row=1, col=2)
     fig.update_yaxes(type="log", title_text="ms (log scale)", row=1, col=2)
+    return fig
+
+
+def delta_read_write(d: int = 4, n: int = 3, beta: float = 1.0, seed: int = 0):
+    """The delta rule's write as a picture of small matrices, one equation per row.
+
+    A ``d x d`` state holding ``n - 1`` pairs (random unit keys, standard-normal values, written
+    with the delta rule), then one more pair ``(k_t, v_t)`` written with strength ``beta``. Rows:
+    read ``k_t S_{t-1} = v_old``; correct ``beta (v_t - v_old) = u_t``; write
+    ``S_{t-1} + k_t^T u_t = S_t``; check ``k_t S_t``, which is ``v_t`` for ``beta = 1``. The
+    numbers are :func:`gpt2k3.experiments.memory.read_erase_write`'s (tested against
+    :func:`gpt2k3.ops.delta.recurrent`); the figure's ``step`` holds that step.
+    """
+    d, n = check_int(d, "d", 1), check_int(n, "n", 2)
+    beta = _beta(beta)
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
+    keys = memory.random_unit_keys(n, d, generator=gen, dtype=torch.float64)
+    values = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    before = memory.write_delta(keys[:-1], values[:-1], beta=beta)
+    k, v = keys[-1], values[-1]
+    step = memory.read_erase_write(before, k, v, beta)
+    u = beta * (v - step.v_old)
+    b = f"{beta:g}"
+    rows = [("1 read", [("$k_t$", k[None]), ("$S_{t-1}$", before), "=", (r"$v^{\mathrm{old}}_t$", step.v_old[None])]),
+            ("2 correct", ["β (", ("$v_t$", v[None]), "−", (r"$v^{\mathrm{old}}_t$", step.v_old[None]), ") =",
+                           ("$u_t$", u[None])]),
+            ("3 write", [("$S_{t-1}$", before), "+", (r"$k_t^{\top}$", k[None].T), ("$u_t$", u[None]), "=",
+                         ("$S_t$", step.after)]),
+            ("4 check", [("$k_t$", k[None]), ("$S_t$", step.after), "=", ("$k_t S_t$", step.read_after[None])])]
+    fig = equation_rows(
+        rows, f"One delta-rule write (β = {b}): read what the key holds, write only the correction",
+        alt=(f"Small matrices as coloured cells, four rows. Read: the key row times the {d}×{d} state gives "
+             f"the old value. Correct: {b} times the new value minus the old value gives the correction u. "
+             f"Write: the state plus the key column times u gives the new state. Check: the key now reads "
+             + ("exactly the new value." if beta == 1.0 else f"(1 − {b}) × old + {b} × new.")))
+    fig.step = step
     return fig

@@ -10,6 +10,11 @@ Besides the figure builders this module holds the small pieces of arithmetic the
 * :func:`generation_totals` -- the total time to generate ``N`` tokens from per-step times
   measured at a few context lengths;
 * :func:`speedup_rows` -- the "thousand-fold" comparison, from one results file.
+
+:func:`state_read_write` is a schematic, not an explorable: the write ``S += k^T v`` and the read
+``q S`` drawn as small matrices with real numbers, a static picture beside the equation.
+:func:`equation_rows` draws such pictures (chapter 4's :func:`gpt2k3.book.figures.delta_read_write`
+uses it too).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from typing import Sequence
 import numpy as np
 import plotly.graph_objects as go
 import torch
+from matplotlib.patches import Rectangle as _Rect
 from plotly.subplots import make_subplots
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.book.figures.matrices import _PNGFigure
 from gpt2k3.checks import check_int
 from gpt2k3.seed import seed_prefill
 from gpt2k3.ops import linear as _linear
@@ -32,6 +39,7 @@ __all__ = [
     "state_vs_cache_counts", "state_vs_cache",
     "feature_map_weights_data", "feature_map_weights",
     "first_crossing", "crossover_n", "generation_totals", "speedup_rows", "measured_crossover",
+    "equation_rows", "state_read_write",
 ]
 
 
@@ -488,3 +496,102 @@ def measured_crossover(results: dict | Sequence[dict], active: int = 0) -> go.Fi
         fig.update_layout(title_text=steps[0].layout["title.text"])
         return fig
     return add_slider(fig, steps, prefix="", active=active)
+
+
+# --------------------------------------------------------------------------- schematics
+
+
+def equation_rows(rows, caption: str, alt: str, cell: float = 0.42) -> _PNGFigure:
+    """Draw equations whose terms are small matrices, one equation per row.
+
+    ``rows`` is a list of ``(title, items)``; an item is a string (an operator or a word, drawn
+    as text) or a ``(label, matrix)`` pair, a 2-D tensor drawn cell by cell on one diverging
+    colour scale shared by the whole figure (0 is white) under its TeX ``label``. A row vector is
+    ``1 x D``, a column ``D x 1``. Returns a PNG figure whose ``matrices`` hold every drawn matrix
+    by label, ``caption`` the caption and ``alt`` the description (see
+    :mod:`gpt2k3.book.figures.matrices`).
+    """
+    mats = {}
+    for _, items in rows:
+        for item in items:
+            if not isinstance(item, str):
+                label, m = item
+                m = torch.as_tensor(m).detach().double().cpu()
+                if m.dim() != 2:
+                    raise ValueError(f"each matrix must be 2-D, got {label!r} of shape {tuple(m.shape)}")
+                mats[label] = m
+    if not mats:
+        raise ValueError("rows must hold at least one matrix")
+    lim = max(float(m.abs().max()) for m in mats.values()) or 1.0
+    gap, title_w = 0.5, 2.6
+
+    def width(item):
+        return mats[item[0]].shape[1] if not isinstance(item, str) else 0.3 * max(1, len(item)) + 0.3
+
+    heights = [max((mats[i[0]].shape[0] for i in items if not isinstance(i, str)), default=1) + 1.6
+               for _, items in rows]
+    widths = [title_w + sum(width(i) + gap for i in items) for _, items in rows]
+    W, H = max(widths), sum(heights)
+    fig = _PNGFigure(figsize=(W * cell, H * cell))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, W)
+    ax.set_ylim(H, 0)
+    ax.set_axis_off()
+    top = 0.0
+    for (title, items), h in zip(rows, heights):
+        mid = top + (h - 0.6) / 2
+        ax.text(0.1, mid, title, ha="left", va="center", fontsize=11, fontweight="bold")
+        x = title_w
+        for item in items:
+            w = width(item)
+            if isinstance(item, str):
+                ax.text(x + w / 2, mid, item, ha="center", va="center", fontsize=13)
+            else:
+                label, m = item[0], mats[item[0]]
+                r, c = m.shape
+                y0 = mid - r / 2
+                ax.imshow(m.numpy(), cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest",
+                          extent=(x, x + c, y0 + r, y0))
+                ax.add_patch(_Rect((x, y0), c, r, fill=False, lw=1.0, ec="#333333"))
+                ax.text(x + c / 2, y0 + r + 0.15, label, ha="center", va="top", fontsize=10)
+            x += w + gap
+        top += h
+    fig.matrices = mats
+    fig.caption, fig.alt = caption, alt
+    return fig
+
+
+def state_read_write(d: int = 4, n: int = 3, seed: int = 0) -> _PNGFigure:
+    """Linear attention's state, written and read, as a picture of small matrices.
+
+    ``n`` pairs with ELU+1 keys of dimension ``d`` (standard-normal before the feature map) and
+    standard-normal values. Top row, the write of the last pair: ``S_{t-1} + k_t^T v_t = S_t``
+    (a column times a row). Bottom row, the read with the first pair's key: ``k_1 S_t`` divided by
+    ``k_1 . z_t`` equals ``sum_j w_j v_j`` with ``w_j = k_1 . k_j / k_1 . z_t``, every ``w_j``
+    positive because every feature is: each stored pair leaks into the read. The numbers are
+    those of :func:`gpt2k3.ops.linear.recurrent` (tested); the weights are ``fig.weights``.
+    """
+    d, n = check_int(d, "d", 1), check_int(n, "n", 2)
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", 0))
+    k = _linear.elu1(torch.randn(n, d, generator=gen, dtype=torch.float64))
+    v = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    before = k[:-1].T @ v[:-1]
+    S, z = k.T @ v, k.sum(0)
+    q = k[0]
+    w = (k @ q) / (q @ z)
+    o = (q @ S) / (q @ z)
+    terms = []
+    for j in range(n):
+        terms += [("+ " if j else "") + f"{w[j].item():.2f}", (f"$v_{j + 1}$", v[j:j + 1])]
+    rows = [("write", [("$S_{t-1}$", before), "+", ("$k_t^{\\top}$", k[-1:].T), (r"$v_t$", v[-1:]),
+                       "=", ("$S_t$", S)]),
+            ("read", [(r"$q_t = k_1$", q[None]), ("$S_t$", S), "/ q·z =", ("$o_t$", o[None])]),
+            ("returns", [("$o_t$", o[None]), "=", *terms])]
+    fig = equation_rows(
+        rows, "Linear attention's state: a write adds kᵀv, a read returns every value",
+        alt=(f"Small matrices as coloured cells. Top: a {d}×{d} state plus a key column times a value row "
+             f"equals the new state. Bottom: reading with the first key returns a {d}-entry row equal to "
+             f"a weighted sum of all {n} stored values, every weight positive: "
+             + ", ".join(f"{x:.2f}" for x in w.tolist()) + "."))
+    fig.weights = w
+    return fig
