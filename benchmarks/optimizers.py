@@ -21,8 +21,10 @@ and every full run the same number of bytes.
    budget ``--sweep-steps`` at every rate of ``--lrs``, and then, while its best rate is the
    highest (or lowest) it tried, at twice (half) that rate (:func:`next_trial`); the rate with
    the lowest final validation bits per byte is that optimizer's, always between two worse ones.
-2. **Full runs**: AdamW and Muon, each without and with QK-clip, ``--seeds`` seeds each,
-   ``--steps`` steps. QK-clip's threshold is ``--tau``, or by default half the largest attention
+2. **Full runs**: AdamW and Muon, each without and with QK-clip, and Kimi K3's Per-Head Muon
+   at Muon's chosen rate (no rate trials of its own), ``--seeds`` seeds each, ``--steps`` steps.
+   Per-Head Muon's runs also record, after every validation point, the RMS of every head's
+   momentum and of the step each form of Muon takes from it (``head_update_rms``). QK-clip's threshold is ``--tau``, or by default half the largest attention
    logit that the un-clipped runs of seed 0 reached (the larger of AdamW's and Muon's), so that
    the clip acts at this scale (Kimi K2 used 100 at its own).
 
@@ -56,14 +58,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine, next_rate, write  # noqa: E402
 
 from gpt2k3.experiments import corpus, text_lm  # noqa: E402
-from gpt2k3.experiments.muon import MaxLogits  # noqa: E402
+from gpt2k3.experiments.muon import MaxLogits, head_update_rms  # noqa: E402
+from gpt2k3.layers.attention import CausalSelfAttention  # noqa: E402
 from gpt2k3.experiments.text_lm import TextModelConfig, TextTrainConfig  # noqa: E402
 from gpt2k3.experiments.train import fit, torch_threads  # noqa: E402
 
 BITS = 1.0 / math.log(2.0)
 BATCH_SEED_BASE = 1_000_003  # chapter 11's batch seeds: seed * BASE + 7
 #: The full runs of every seed, in order: each optimizer without and then with QK-clip.
-ARMS = ("adamw", "muon", "adamw_qk", "muon_qk")
+ARMS = ("adamw", "muon", "adamw_qk", "muon_qk", "muon_per_head")
+#: Per-Head Muon (Kimi K3's): Muon's chosen rate, no rate trials of its own.
+RATE_OF = {"adamw": "adamw", "muon": "muon", "adamw_qk": "adamw", "muon_qk": "muon",
+           "muon_per_head": "muon"}
 FULL = dict(mixer="softmax_conv", steps=600, sweep_steps=200, seeds=3, lrs=(1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
             model=TextModelConfig(), warmup=30, eval_every=30, curve_windows=32, eval_windows=16)
 QUICK = dict(mixer="softmax_conv", steps=4, sweep_steps=2, seeds=1, lrs=(3e-3, 1e-2),
@@ -84,28 +90,46 @@ def run_one(data, model: TextModelConfig, cfg: TextTrainConfig, seed: int,
     gen = torch.Generator().manual_seed(seed * BATCH_SEED_BASE + 7)
     curve_x, curve_y = corpus.eval_windows(val, model.context, cfg.curve_windows)
     per_step = cfg.batch_size * model.context
-    curve, max_logits, clipped = [], [], []
+    curve, max_logits, clipped, head_rms = [], [], [], []
+    eval_at = set(cfg.curve_steps())
+    optimizer = []
+    attention = [m.c_attn.weight for m in net.modules() if isinstance(m, CausalSelfAttention)]
 
     def val_point(step):
         curve.append({"step": step, "tokens": step * per_step,
                       "bits": sig(float(text_lm.position_bits(net, curve_x, curve_y).mean()))})
+
+    def head_scales(step):
+        """Per head of Q, K, V in every attention layer: the RMS of the momentum this step fed
+        to Newton--Schulz, and of the step each form of Muon takes from it."""
+        opt, layers = optimizer[0], []
+        for w in attention:
+            group = next(g for g in opt.param_groups if any(p is w for p in g["params"]))
+            update = w.grad.lerp(opt.state[w]["momentum_buffer"], group["momentum"])
+            scales = head_update_rms(update, 3 * model.n_head)
+            layers.append({k: [sig(float(x), 4) for x in v] for k, v in scales.items()})
+        head_rms.append({"step": step, "layers": layers})
 
     with MaxLogits(net) as logits:
         def after_step(step, loss):  # S_max of this step's forward pass, before any clip
             max_logits.append(sig(logits.overall(), 4))
             if cfg.qk_clip is not None:
                 clipped.append(sum(int((s > cfg.qk_clip).sum()) for s in logits.latest))
+            if cfg.optimizer == "muon_per_head" and step + 1 in eval_at:
+                head_scales(step + 1)
 
         losses, seconds = fit(net, cfg, lambda s: corpus.sample_batch(train, cfg.batch_size,
                                                                        model.context, gen),
                               text_lm.byte_loss, cfg.steps, evaluate=val_point,
-                              eval_at=set(cfg.curve_steps()), callback=after_step, logits=logits)
+                              eval_at=eval_at, callback=after_step, logits=logits,
+                              on_optimizer=optimizer.append)
     windows = corpus.eval_windows(val, model.max_context, cfg.eval_windows)
     final = text_lm.evaluate(net, windows, (model.context,))[model.context]
     return {"train_seconds": round(seconds, 2), "tokens": cfg.steps * per_step,
             "val_bits": sig(float(final.mean())), "curve": curve,
             "losses": [sig(loss * BITS) for loss in losses], "max_logits": max_logits,
-            "max_logit": max(max_logits), "heads_clipped": clipped or None}
+            "max_logit": max(max_logits), "heads_clipped": clipped or None,
+            **({"head_update_rms": head_rms} if head_rms else {})}
 
 
 def tokens_to_reach(curve: list[dict], target: float) -> float | None:
@@ -139,6 +163,9 @@ def summary(runs: list[dict], seeds: list[int]) -> dict:
                                 "qk_clip": rs[0]["qk_clip"],
                                 "steps_with_a_clip": None if rs[0]["qk_clip"] is None else
                                 sum(sum(c > 0 for c in r["heads_clipped"]) for r in rs)}
+    spread = head_rms_spread(full["muon_per_head"])
+    if spread:
+        out["arms"]["muon_per_head"]["head_rms_spread"] = spread
     if not all(len(full[a]) == len(seeds) for a in ("adamw", "muon")):
         return out
     mean_curves = {a: [{"step": p["step"], "tokens": p["tokens"],
@@ -154,6 +181,22 @@ def summary(runs: list[dict], seeds: list[int]) -> dict:
                target_rule="the higher of AdamW's and Muon's seed-mean final validation-curve "
                            "point: a loss both optimizers reach")
     return out
+
+
+def head_rms_spread(runs: list[dict]) -> dict | None:
+    """How unequal the heads' update scales are: for every recorded step and attention layer of
+    ``runs``, the largest head's RMS over the smallest (Q, K and V heads together); the median
+    and the largest of those ratios, of the momentum (``"input"``) and of each form's step."""
+    ratios = {"input": [], "whole": [], "per_head": []}
+    for r in runs:
+        for point in r.get("head_update_rms", []):
+            for layer in point["layers"]:
+                for form, xs in layer.items():
+                    ratios[form].append(max(xs) / min(xs))
+    if not ratios["whole"]:
+        return None
+    return {form: {"median": sig(sorted(v)[len(v) // 2], 4), "max": sig(max(v), 4)}
+            for form, v in ratios.items()}
 
 
 def next_trial(runs: list[dict], optimizer: str, lrs) -> float | None:
@@ -200,7 +243,7 @@ def experiment(data, settings: dict, out_name: str, tau: float | None = None,
             while (lr := next_trial(results["runs"], optimizer, settings["lrs"])) is not None:
                 yield "sweep", optimizer, lr, 0
         for arm, seed in full_plan(settings):
-            yield "full", arm, chosen_lr(results["runs"], arm.removesuffix("_qk")), seed
+            yield "full", arm, chosen_lr(results["runs"], RATE_OF[arm]), seed
 
     for phase, arm, lr, seed in jobs():
         steps = settings["sweep_steps"] if phase == "sweep" else settings["steps"]

@@ -368,3 +368,136 @@ def test_step_flops_count_the_iteration_by_its_formula():
     by_formula = sum(muon.NS_STEPS * (4 * min(s) ** 2 * max(s) + 2 * min(s) ** 3) for s in shapes)
     assert out["newton_schulz"] == by_formula
     assert out["forward_backward"] > 0
+
+
+# ------------------------------------------------------------------ Per-Head Muon
+def ns_whole_before_per_head(G, steps=5):
+    """``newton_schulz`` as it was before it took ``heads``: one matrix, one norm."""
+    X = G.to(torch.float32)
+    tall = X.shape[0] > X.shape[1]
+    if tall:
+        X = X.T
+    X = X / (X.norm() + 1e-7)
+    for _ in range(steps):
+        S = X @ X.T
+        X = A * X + (B * S + C * S @ S) @ X
+    return X.T if tall else X
+
+
+@pytest.mark.parametrize("shape, heads", [((96, 20), 12), ((120, 16), 3), ((24, 24), 4)])
+def test_per_head_newton_schulz_orthogonalises_each_block_on_its_own(shape, heads):
+    gen = torch.Generator().manual_seed(1)
+    G = torch.randn(shape, generator=gen)
+    G[: shape[0] // heads] *= 100.0  # one loud head: it must not change the others
+    blocks = torch.cat([newton_schulz(b) for b in G.split(shape[0] // heads)])
+    assert torch.equal(newton_schulz(G, heads=heads), blocks)
+
+
+@pytest.mark.parametrize("shape", [(384, 128), (128, 384), (40, 40)])
+def test_one_head_is_the_whole_matrix_as_before(shape):
+    G = torch.randn(shape, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(newton_schulz(G, heads=1), ns_whole_before_per_head(G))
+    assert torch.equal(newton_schulz(G), newton_schulz(G, heads=1))
+
+
+def test_newton_schulz_refuses_heads_that_do_not_divide_the_rows():
+    with pytest.raises(ValueError, match="heads"):
+        newton_schulz(torch.zeros(6, 4), heads=4)
+    with pytest.raises(ValueError, match="heads"):
+        newton_schulz(torch.zeros(6, 4), heads=0)
+    with pytest.raises(ValueError, match="heads"):
+        Muon([{"params": [nn.Parameter(torch.zeros(6, 4))], "muon": True, "heads": 4}])
+
+
+TORCH_MUON = dict(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, ns_steps=5)
+
+
+def _one_step_each(shape, patch=None, steps=1):
+    """The book's whole-matrix Muon and ``torch.optim.Muon`` (``adjust_lr_fn="match_rms_adamw"``,
+    the rest at ``TORCH_MUON``) from the same matrix on the same gradients: both moves."""
+    gen = torch.Generator().manual_seed(3)
+    w0 = 0.1 * torch.randn(shape, generator=gen)
+    ours, theirs = nn.Parameter(w0.clone()), nn.Parameter(w0.clone())
+    opt_a = Muon([{"params": [ours], "muon": True}], **TORCH_MUON)
+    opt_b = torch.optim.Muon([theirs], adjust_lr_fn="match_rms_adamw", **TORCH_MUON)
+    for _ in range(steps):
+        g = torch.randn(shape, generator=gen)
+        ours.grad, theirs.grad = g.clone(), g.clone()
+        opt_a.step()
+        opt_b.step()
+    assert torch.equal(opt_a.state[ours]["momentum_buffer"], opt_b.state[theirs]["momentum_buffer"])
+    return (ours - w0).detach(), (theirs - w0).detach()
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (32, 64)])
+def test_whole_matrix_muon_equals_torch_optim_muon(shape):
+    """torch 2.13's Muon with ``adjust_lr_fn="match_rms_adamw"`` (its default, ``None``, scales
+    by ``sqrt(max(1, A / B))`` instead), Nesterov momentum 0.95, weight decay 0.1, five steps of
+    the same quintic: the same buffer bit for bit, the same step within the bfloat16 that torch
+    runs Newton--Schulz in (3 % of the largest entry; cosine above 0.9995)."""
+    ours, theirs = _one_step_each(shape)
+    assert (ours - theirs).abs().max() < 0.03 * ours.abs().max()
+    assert torch.nn.functional.cosine_similarity(ours.flatten(), theirs.flatten(), dim=0) > 0.9995
+
+
+def test_with_torchs_own_iteration_the_rest_of_the_step_is_exact(monkeypatch):
+    """Swap torch's bfloat16 Newton--Schulz into the book's optimizer: momentum, Nesterov
+    look-ahead, scale and decoupled weight decay then agree to float32 rounding, two steps."""
+    from torch.optim._muon import _zeropower_via_newtonschulz
+
+    monkeypatch.setattr(muon, "newton_schulz", lambda G, steps, heads=1: _zeropower_via_newtonschulz(
+        G, muon.NS_COEFFICIENTS, steps, 1e-7).float())
+    ours, theirs = _one_step_each((64, 32), steps=2)
+    assert (ours - theirs).abs().max() < 1e-6
+
+
+def test_per_head_groups_cut_c_attn_into_its_q_k_v_heads():
+    net = text_lm.build_model("softmax", TINY, 0)
+    whole = muon.muon_param_groups(net, 0.1)
+    split = muon.muon_param_groups(net, 0.1, per_head=True)
+    names = {id(p): n for n, p in net.named_parameters()}
+    head_group = [g for g in split if g.get("heads", 1) > 1]
+    assert len(head_group) == 1 and head_group[0]["heads"] == 3 * TINY.n_head
+    assert sorted(names[id(p)] for p in head_group[0]["params"]) == [
+        f"transformer.h.{i}.attn.c_attn.weight" for i in range(2)]
+    assert {id(p) for g in split for p in g["params"]} == {id(p) for g in whole for p in g["params"]}
+    with pytest.raises(ValueError, match="per_head"):
+        muon.muon_param_groups(net, 0.1, per_head="yes")
+
+
+def test_one_per_head_step_is_each_block_orthogonalised_and_scaled_on_its_own():
+    gen = torch.Generator().manual_seed(4)
+    w0, g = 0.1 * torch.randn(48, 16, generator=gen), torch.randn(48, 16, generator=gen)
+    w = nn.Parameter(w0.clone())
+    opt = Muon([{"params": [w], "muon": True, "heads": 6}], lr=0.01, weight_decay=0.1)
+    w.grad = g.clone()
+    opt.step()
+    update = g.lerp(0.05 * g, 0.95)  # Nesterov look-ahead from a zero buffer: buf = 0.05 g
+    blocks = torch.cat([newton_schulz(b) for b in update.split(8)])
+    expected = w0 * (1 - 0.01 * 0.1) - 0.01 * muon.rms_match((8, 16)) * blocks
+    assert (w.detach() - expected).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("loud, whole_spread", [(100.0, 1.5), (1e4, 50.0)])
+def test_per_head_steps_give_every_head_the_same_scale(loud, whole_spread):
+    """The report's argument in numbers: one head's momentum ``loud`` times the others'. The
+    whole-matrix step gives the loud head about twice the others' RMS; past the quintic's reach
+    (singular values under ``||G||_F / 500``) the quiet heads' steps shrink as well. Per head,
+    every block's RMS is 0.2 within the quintic's band."""
+    gen = torch.Generator().manual_seed(5)
+    update = torch.randn(96, 32, generator=gen)
+    update[:8] *= loud
+    rms = muon.head_update_rms(update, 12)
+    assert rms["input"].max() / rms["input"].min() > loud / 2
+    assert rms["whole"].max() / rms["whole"].min() > whole_spread
+    lo, hi = NS_BAND
+    assert ((rms["per_head"] > 0.2 * lo) & (rms["per_head"] < 0.2 * hi)).all()
+
+
+def test_fit_with_per_head_muon_trains_the_byte_model():
+    net = text_lm.build_model("softmax", TINY, 0)
+    cfg = train.TrainSettings(steps=4, lr=0.02, optimizer="muon_per_head", warmup=1)
+    seen = []
+    losses, _ = train.fit(net, cfg, batches(), byte_loss, 4, on_optimizer=seen.append)
+    assert len(seen) == 1 and any(g.get("heads", 1) == 3 * TINY.n_head for g in seen[0].param_groups)
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]

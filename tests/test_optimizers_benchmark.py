@@ -85,6 +85,24 @@ def test_the_rate_trials_grow_until_the_best_rate_is_inside_them():
     assert bench.next_trial(runs({1e-3: 3.0, 2e-3: 2.5, 4e-3: 2.7}), "muon", grid) == 1e-3
 
 
+def test_per_head_muon_runs_at_muons_rate_and_records_the_head_scales(quick):
+    bench, _, results = quick
+    settings = results["settings"]
+    per_head = [r for r in results["runs"] if r["arm"] == "muon_per_head"]
+    assert len(per_head) == settings["seeds"]
+    assert {r["lr"] for r in per_head} == {bench.chosen_lr(results["runs"], "muon")}
+    heads = 3 * settings["model"]["n_head"]
+    for run in per_head:
+        steps = [p["step"] for p in run["head_update_rms"]]
+        assert steps == [p["step"] for p in run["curve"]][1:]  # after every curve step
+        for point in run["head_update_rms"]:
+            assert len(point["layers"]) == settings["model"]["n_layer"]
+            assert all(len(xs) == heads for layer in point["layers"] for xs in layer.values())
+    assert all("head_update_rms" not in r for r in results["runs"] if r["arm"] != "muon_per_head")
+    spread = results["summary"]["arms"]["muon_per_head"]["head_rms_spread"]
+    assert spread["per_head"]["max"] < 2.0 <= spread["whole"]["max"]
+
+
 def test_every_chosen_rate_has_a_worse_one_on_either_side(quick):
     bench, _, results = quick
     for opt in ("adamw", "muon"):
@@ -95,7 +113,7 @@ def test_every_chosen_rate_has_a_worse_one_on_either_side(quick):
 def test_the_summary(quick):
     _, _, results = quick
     s = results["summary"]
-    assert set(s["arms"]) == {"adamw", "muon", "adamw_qk", "muon_qk"}
+    assert set(s["arms"]) == {"adamw", "muon", "adamw_qk", "muon_qk", "muon_per_head"}
     finals = {a: [r["curve"][-1]["bits"] for r in results["runs"]
                   if r["phase"] == "full" and r["arm"] == a] for a in ("adamw", "muon")}
     target = max(sum(v) / len(v) for v in finals.values())  # a loss both optimizers reach

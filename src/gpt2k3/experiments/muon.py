@@ -31,6 +31,16 @@ Muon is for the hidden matrices only; the embeddings, the output head and every 
 gains, biases) stay with AdamW (:func:`muon_param_groups` states the rule), and :class:`Muon`
 runs both kinds of group as one optimizer.
 
+**Per-Head Muon** is Kimi K3's refinement for attention (the K3 report, arXiv:2607.24653,
+Section 2.5): "instead of applying Newton--Schulz orthogonalization to the full Q, K, and V
+projection matrices, we partition their momentum matrices along the head dimension and
+orthogonalize each head's block separately", so that heads with large momentum do not take the
+shared direction from the quiet ones. Here ``newton_schulz(G, heads=h)`` cuts ``G``'s rows
+into ``h`` blocks; for GPT-2's packed ``c_attn`` (rows: the query, key and value of every head
+in turn) ``h = 3 n_head`` (:func:`muon_param_groups` with ``per_head=True``), each block scaled
+by ``rms_match`` of its own shape. :func:`head_update_rms` measures each head's step under
+either form.
+
 **QK-clip** is Kimi K2's fix for the attention logits that grow without bound under Muon
 (the "MuonClip" optimizer of the K2 report, arXiv:2507.20534, Algorithm 1): after every
 optimizer step, for each attention head ``h`` whose largest pre-softmax logit in that step's
@@ -55,10 +65,11 @@ import math
 import torch
 import torch.nn as nn
 
-from gpt2k3.checks import check_finite_number, check_instance, check_int, check_number
+from gpt2k3.checks import (check_bool, check_finite_number, check_instance, check_int,
+                           check_number, checked)
 from gpt2k3.layers.attention import CausalSelfAttention
 
-__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "step_flops", "NS_BAND", "newton_schulz", "rms_match",
+__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "step_flops", "NS_BAND", "newton_schulz", "rms_match", "head_update_rms",
            "muon_direction", "Muon", "muon_param_groups", "head_max_logits", "MaxLogits",
            "qk_clip"]
 
@@ -88,22 +99,34 @@ NS_STEPS = 5
 NS_BAND = (0.68, 1.21)
 
 
-def newton_schulz(G: torch.Tensor, steps: int = NS_STEPS) -> torch.Tensor:
-    """An approximately semi-orthogonal matrix with ``G``'s singular vectors: ``U S' V^T`` for
-    ``G = U S V^T``, every ``S'`` in :data:`NS_BAND` (five quintic steps, in float32)."""
+def _check_newton_schulz(G, steps=NS_STEPS, heads=1) -> None:
+    """The door of :func:`newton_schulz`: a 2-D floating ``G`` whose rows split into ``heads``
+    equal blocks, ``steps >= 1``."""
     if not isinstance(G, torch.Tensor) or G.dim() != 2 or not G.is_floating_point():
         raise ValueError(f"G must be a 2-D floating tensor, got {getattr(G, 'shape', G)!r}")
-    steps = check_int(steps, "steps", 1)
+    check_int(steps, "steps", 1)
+    if check_int(heads, "heads", 1) and G.shape[0] % heads:
+        raise ValueError(f"heads must divide G's {G.shape[0]} rows, got {heads}")
+
+
+@checked(_check_newton_schulz)
+def newton_schulz(G: torch.Tensor, steps: int = NS_STEPS, heads: int = 1) -> torch.Tensor:
+    """An approximately semi-orthogonal matrix with ``G``'s singular vectors: ``U S' V^T`` for
+    ``G = U S V^T``, every ``S'`` in :data:`NS_BAND` (five quintic steps, in float32).
+
+    With ``heads > 1`` the rows of ``G`` are cut into ``heads`` equal blocks (one attention
+    head's rows of a projection each) and every block is orthogonalised on its own, with its
+    own norm: Kimi K3's Per-Head Muon. ``heads=1`` is the whole matrix."""
     a, b, c = NS_COEFFICIENTS
-    X = G.to(torch.float32)
-    tall = X.shape[0] > X.shape[1]
+    X = G.to(torch.float32).reshape(heads, G.shape[0] // heads, G.shape[1])
+    tall = X.shape[1] > X.shape[2]
     if tall:  # iterate on the wide form: X X^T is then the smaller Gram matrix
-        X = X.T
-    X = X / (X.norm() + 1e-7)  # Frobenius norm >= spectral norm: every singular value <= 1
+        X = X.mT
+    X = X / (X.norm(dim=(1, 2), keepdim=True) + 1e-7)  # each block's singular values <= 1
     for _ in range(steps):
-        A = X @ X.T
+        A = X @ X.mT
         X = a * X + (b * A + c * A @ A) @ X
-    return X.T if tall else X
+    return (X.mT if tall else X).reshape(G.shape)
 
 
 def rms_match(shape: torch.Size | tuple[int, ...]) -> float:
@@ -113,20 +136,36 @@ def rms_match(shape: torch.Size | tuple[int, ...]) -> float:
     return 0.2 * math.sqrt(max(A, B))
 
 
+def head_update_rms(update: torch.Tensor, heads: int) -> dict[str, torch.Tensor]:
+    """Each of ``heads`` row blocks' RMS, ``(heads,)`` each: of ``update`` itself
+    (``"input"``, the momentum Newton--Schulz receives) and of the step Muon takes from it,
+    whole-matrix (``"whole"``: ``rms_match(shape)`` times :func:`newton_schulz` of the whole
+    matrix) and per head (``"per_head"``: each block orthogonalised and scaled on its own)."""
+    rows, cols = update.shape
+    blocks = (rows // heads, cols)
+    whole = rms_match(update.shape) * newton_schulz(update)
+    per_head = rms_match(blocks) * newton_schulz(update, heads=heads)
+
+    def rms(m):
+        return m.float().reshape(heads, -1).square().mean(dim=1).sqrt()
+    return {"input": rms(update), "whole": rms(whole), "per_head": rms(per_head)}
+
+
 def muon_direction(grad: torch.Tensor, buf: torch.Tensor, momentum: float,
-                   nesterov: bool = True, steps: int = NS_STEPS) -> torch.Tensor:
+                   nesterov: bool = True, steps: int = NS_STEPS, heads: int = 1) -> torch.Tensor:
     """One Muon direction from ``grad``, updating the momentum buffer ``buf`` in place.
 
     As in Keller Jordan's reference: ``buf <- momentum buf + (1 - momentum) grad``; with
     Nesterov momentum the step looks ahead, ``(1 - momentum) grad + momentum buf``. Either way
-    the result is orthogonalised (:func:`newton_schulz`), which also removes its overall scale.
+    the result is orthogonalised (:func:`newton_schulz`, per head with ``heads > 1``), which
+    also removes its overall scale.
     Moonshot's paper writes the buffer as a sum, ``M <- momentum M + grad``, and feeds
     ``momentum M + grad`` to the iteration: from a zero buffer that is this one times
     ``1 / (1 - momentum)`` at every step, a factor the normalisation removes.
     """
     buf.lerp_(grad, 1 - momentum)
     update = grad.lerp(buf, momentum) if nesterov else buf
-    return newton_schulz(update, steps)
+    return newton_schulz(update, steps, heads)
 
 
 class Muon(torch.optim.Optimizer):
@@ -134,6 +173,9 @@ class Muon(torch.optim.Optimizer):
 
     A Muon group must hold 2-D matrices only; each step decays a matrix by ``1 - lr *
     weight_decay`` and moves it by ``-lr * rms_match(shape)`` times its :func:`muon_direction`.
+    A Muon group with ``"heads": h > 1`` (Per-Head Muon) orthogonalises each of its matrices'
+    ``h`` row blocks on its own and scales each by ``rms_match`` of the block's shape, so every
+    block's update has the RMS one whole matrix's has.
     An AdamW group runs AdamW with decoupled weight decay (moment decays ``betas``, ``eps``).
     One ``lr`` serves both, as in Moonshot's recipe; build the groups with
     :func:`muon_param_groups`. ``ValueError`` here for any bad setting or group.
@@ -157,7 +199,7 @@ class Muon(torch.optim.Optimizer):
                 raise ValueError(f"betas must be a pair of numbers in [0, 1), got {betas!r}")
         check_finite_number(eps, "eps", 1)
         defaults = dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
-                        ns_steps=ns_steps, betas=tuple(betas), eps=eps, muon=False)
+                        ns_steps=ns_steps, betas=tuple(betas), eps=eps, muon=False, heads=1)
         try:
             super().__init__(params, defaults)
         except (TypeError, ValueError) as err:  # torch's own checks: say which argument
@@ -181,10 +223,11 @@ class Muon(torch.optim.Optimizer):
         state = self.state[p]
         if not state:
             state["momentum_buffer"] = torch.zeros_like(p)
+        heads = group["heads"]
         O = muon_direction(p.grad, state["momentum_buffer"], group["momentum"],
-                           group["nesterov"], group["ns_steps"])
+                           group["nesterov"], group["ns_steps"], heads)
         p.mul_(1 - group["lr"] * group["weight_decay"])  # decoupled, at the unscaled lr
-        p.add_(O.to(p.dtype), alpha=-group["lr"] * rms_match(p.shape))
+        p.add_(O.to(p.dtype), alpha=-group["lr"] * rms_match((p.shape[0] // heads, p.shape[1])))
 
     def _adamw_step(self, p: torch.Tensor, group: dict) -> None:
         state = self.state[p]
@@ -210,26 +253,42 @@ def _check_group(group: dict) -> None:
         bad = [tuple(p.shape) for p in group["params"] if p.dim() != 2]
         if bad:
             raise ValueError(f"a Muon group must hold 2-D matrices only, got shapes {bad}")
+        heads = check_int(group["heads"], "heads", 1)
+        uneven = [tuple(p.shape) for p in group["params"] if p.shape[0] % heads]
+        if uneven:
+            raise ValueError(f"a Muon group's heads ({heads}) must divide the rows of its "
+                             f"matrices, got shapes {uneven}")
 
 
-def muon_param_groups(net: nn.Module, weight_decay: float) -> list[dict]:
+def muon_param_groups(net: nn.Module, weight_decay: float, per_head: bool = False) -> list[dict]:
     """``net``'s parameters as :class:`Muon` groups, by one rule: **Muon for the weight of every
     ``nn.Linear`` except the output head** (``net.lm_head``) and any weight shared with an
     ``nn.Embedding``; **AdamW for everything else**: the embeddings (GPT-2's ``wte``, which its
     tied head shares, and ``wpe``), an untied head, every vector (norm gains, biases, gates) and
     any other tensor (a convolution kernel). Weight decay ``weight_decay`` on the Muon matrices
-    and on AdamW's 2-D tensors, none on vectors (as :func:`gpt2k3.experiments.train.adamw`)."""
+    and on AdamW's 2-D tensors, none on vectors (as :func:`gpt2k3.experiments.train.adamw`).
+
+    With ``per_head`` (Kimi K3's Per-Head Muon), the query, key and value projection of every
+    GPT-2 attention layer (``c_attn``, whose ``3 C`` rows are the query, key and value rows of
+    each head in turn) goes into a group of its own with ``"heads": 3 n_head``: one block per
+    head of each of Q, K and V. The output projection stays whole, as the report's Section 2.5
+    cuts only the Q, K and V projections."""
     check_instance(net, "net", nn.Module)
     check_finite_number(weight_decay, "weight_decay", 1, allow_zero=True)
+    check_bool(per_head, "per_head")
     head = getattr(net, "lm_head", None)
     kept_out = {id(m.weight) for m in net.modules() if isinstance(m, nn.Embedding)}
     if isinstance(head, nn.Module):
         kept_out |= {id(p) for p in head.parameters()}
     hidden = {id(m.weight) for m in net.modules()
               if isinstance(m, nn.Linear) and id(m.weight) not in kept_out}
+    heads = {id(m.c_attn.weight): 3 * m.n_head for m in net.modules()
+             if per_head and isinstance(m, CausalSelfAttention)}
     params = list(net.parameters())  # each shared tensor once, in the model's order
-    groups = [{"params": [p for p in params if id(p) in hidden], "muon": True,
-               "weight_decay": weight_decay},
+    groups = [{"params": [p for p in params if id(p) in hidden and id(p) not in heads],
+               "muon": True, "weight_decay": weight_decay, "heads": 1},
+              *({"params": [p for p in params if heads.get(id(p)) == h], "muon": True,
+                 "weight_decay": weight_decay, "heads": h} for h in sorted(set(heads.values()))),
               {"params": [p for p in params if id(p) not in hidden and p.dim() >= 2],
                "muon": False, "weight_decay": weight_decay},
               {"params": [p for p in params if id(p) not in hidden and p.dim() < 2],

@@ -34,7 +34,7 @@ __all__ = ["MIXER_LAYERS", "OPTIMIZERS", "mixer_layer", "TrainSettings", "warmup
 MIXER_LAYERS = {"softmax": CausalSelfAttention, "linear": LinearAttention, "deltanet": DeltaNet,
                 "gated_deltanet": GatedDeltaNet, "kda": KDA}
 #: The optimizers :func:`make_optimizer` builds (``TrainSettings.optimizer``).
-OPTIMIZERS = ("adamw", "muon")
+OPTIMIZERS = ("adamw", "muon", "muon_per_head")
 
 
 def mixer_layer(name: str, config: GPTConfig, chunk_size: int, **kwargs) -> nn.Module:
@@ -117,18 +117,23 @@ def adamw(net: nn.Module, config: TrainSettings) -> torch.optim.AdamW:
 def make_optimizer(net: nn.Module, config: TrainSettings) -> torch.optim.Optimizer:
     """The optimizer ``config.optimizer`` names, over ``net``'s parameters: :func:`adamw`, or
     :class:`gpt2k3.experiments.muon.Muon` with :func:`~gpt2k3.experiments.muon.muon_param_groups`
-    (Muon for the hidden matrices, AdamW for the rest) at the same ``lr`` and ``weight_decay``."""
+    (Muon for the hidden matrices, AdamW for the rest) at the same ``lr`` and ``weight_decay``;
+    ``"muon_per_head"`` is Muon with each attention head's Q, K and V blocks orthogonalised on
+    their own (Kimi K3's Per-Head Muon)."""
     check_instance(config, "config", TrainSettings)
     if config.optimizer == "adamw":
         return adamw(net, config)
-    return Muon(muon_param_groups(net, config.weight_decay), lr=config.lr,
+    per_head = config.optimizer == "muon_per_head"
+    return Muon(muon_param_groups(net, config.weight_decay, per_head), lr=config.lr,
                 weight_decay=config.weight_decay, betas=config.betas)
 
 
 def fit(net: nn.Module, config: TrainSettings, batch_at: Callable[[int], object],
         loss_fn: Callable, n_steps: int, *, evaluate: Callable[[int], None] | None = None,
         eval_at: Collection[int] = (), callback: Callable[[int, float], None] | None = None,
-        logits: MaxLogits | None = None) -> tuple[list[float], float]:
+        logits: MaxLogits | None = None,
+        on_optimizer: Callable[[torch.optim.Optimizer], None] | None = None,
+        ) -> tuple[list[float], float]:
     """Train ``net`` for the first ``n_steps`` of ``config.steps`` steps; return ``(losses,
     seconds)``: the loss of every step and the wall time of the steps alone.
 
@@ -137,6 +142,8 @@ def fit(net: nn.Module, config: TrainSettings, batch_at: Callable[[int], object]
     ``ValueError`` as soon as a loss is not finite. The optimizer is :func:`make_optimizer`'s;
     with ``config.qk_clip`` set, QK-clip follows every step, on the logit maxima of its forward
     pass that ``logits`` records (:class:`~gpt2k3.experiments.muon.MaxLogits`; default: its own).
+    ``on_optimizer(opt)`` is called once with the optimizer before the first step (a measurement
+    that reads its state, such as Muon's momentum, keeps it).
     """
     check_instance(config, "config", TrainSettings)
     n_steps = check_int(n_steps, "n_steps", 1)
@@ -145,8 +152,11 @@ def fit(net: nn.Module, config: TrainSettings, batch_at: Callable[[int], object]
     elif config.qk_clip is not None:  # QK-clip reads the maxima: record them for this run
         with MaxLogits(net) as own:
             return fit(net, config, batch_at, loss_fn, n_steps, evaluate=evaluate,
-                       eval_at=eval_at, callback=callback, logits=own)
+                       eval_at=eval_at, callback=callback, logits=own,
+                       on_optimizer=on_optimizer)
     opt = make_optimizer(net, config)
+    if on_optimizer is not None:
+        on_optimizer(opt)
     if evaluate is not None and 0 in eval_at:
         evaluate(0)
     losses, seconds = [], 0.0
