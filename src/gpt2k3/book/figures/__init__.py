@@ -52,16 +52,22 @@ __all__ += [  # chapter 6
 
 from gpt2k3.book.figures.mla_moe import (H200_MEMORY_BYTES, PARAM_SPECS, mla_cache,
     mla_cache_variants, moe_balancing, moe_routing, param_components, routing_counts)
+from gpt2k3.book.figures.mla_moe import mla_absorption_schematic, routing_schematic  # noqa: E402
 
 __all__ += [  # chapter 7
     "mla_cache", "mla_cache_variants", "moe_routing", "moe_balancing", "routing_counts",
-    "param_components", "H200_MEMORY_BYTES", "PARAM_SPECS"]
+    "param_components", "H200_MEMORY_BYTES", "PARAM_SPECS", "mla_absorption_schematic",
+    "routing_schematic"]
 
 from gpt2k3.book.figures.k3_adds import (attn_res_sources, bounded_decay, latent_experts,
     situ_vs_swiglu)
 
 __all__ += [  # chapter 8 (constants: gpt2k3.book.figures.k3_adds)
     "attn_res_sources", "bounded_decay", "latent_experts", "situ_vs_swiglu"]
+
+from gpt2k3.book.figures.k3_adds import quantile_balancing  # noqa: E402
+
+__all__ += ["quantile_balancing"]  # chapter 8
 
 from gpt2k3.book.figures.k3 import (full_attention, k3_batching, k3_dashboard, k3_devices,
     k3_hybrid, k3_params, k3_roofline, kimi_linear_check)

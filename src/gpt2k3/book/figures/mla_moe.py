@@ -29,7 +29,8 @@ from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 from gpt2k3.layers.moe import MoEConfig, Router
 
 __all__ = ["mla_cache_variants", "mla_cache", "routing_counts", "moe_routing", "moe_balancing",
-           "param_components", "H200_MEMORY_BYTES", "PARAM_SPECS"]
+           "param_components", "H200_MEMORY_BYTES", "PARAM_SPECS", "mla_absorption_schematic",
+           "routing_schematic"]
 
 #: Memory of one NVIDIA H200 (:data:`gpt2k3.accounting.H200`, NVIDIA's datasheet): a reference
 #: line.
@@ -301,3 +302,146 @@ def param_components(specs: Sequence[ArchSpec] = PARAM_SPECS, active: int = 0) -
                     "title.text": (f"{s.name}: {c.total:,} parameters,<br>{c.active:,} active "
                                    f"per token ({100 * c.active_fraction:.1f}%)")}))
     return _finish(add_slider(fig, steps, prefix="model: ", active=active))
+
+
+# --------------------------------------------------------------------------- schematics
+# Pictures of the two algorithms (not explorables): static matplotlib figures that render as
+# a PNG with a caption and alt text (see :mod:`gpt2k3.book.figures.matrices`).
+
+def _box(ax, x, y, w, h, text, colour="#ffffff", edge="#333333", size=10, bold=False):
+    from matplotlib.patches import FancyBboxPatch
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
+                                fc=colour, ec=edge, lw=1.2))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size,
+            fontweight="bold" if bold else "normal")
+
+
+def _arrow(ax, start, end, text="", colour="#333333", size=9, offset=(0.0, 0.12)):
+    ax.annotate("", xy=end, xytext=start,
+                arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.3, shrinkA=2, shrinkB=2))
+    if text:
+        ax.text((start[0] + end[0]) / 2 + offset[0], (start[1] + end[1]) / 2 + offset[1], text,
+                ha="center", va="bottom", fontsize=size, color=colour)
+
+
+def mla_absorption_schematic():
+    """MLA's absorbed decode step as boxes and arrows (chapter 7).
+
+    Top lane, the cache: the new token's ``x_t`` is projected down by ``W^{DKV}`` to the latent
+    ``c_t`` (and its shared rotary key), appended to the latent cache; nothing per head is
+    stored. Middle lane, the query: ``q_h`` is multiplied by ``(W^{UK}_h)^T`` once, so the key
+    up-projection is *absorbed into the query* and scores are dot products with the cached
+    latents. Bottom lane, the output: the softmax-weighted sum of latents is multiplied by
+    ``W^{UV}_h`` once, so the value up-projection is *absorbed into the output*. The shapes
+    follow :meth:`gpt2k3.layers.mla.MLA.decode_absorbed`. Returns a PNG figure with ``caption``
+    and ``alt``; ``fig.lanes`` names the boxes of each lane, for a test.
+    """
+    from gpt2k3.book.figures.matrices import _PNGFigure
+    fig = _PNGFigure(figsize=(10.5, 4.6))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 10.5)
+    ax.set_ylim(0, 4.6)
+    ax.set_axis_off()
+    cache_c, abs_c, plain = "#fde7c8", "#d6e6f5", "#ffffff"
+    # lane 1: what is cached
+    ax.text(0.1, 4.3, "cache", fontsize=10, fontweight="bold")
+    _box(ax, 0.2, 3.4, 1.0, 0.6, "$x_t$")
+    _box(ax, 2.3, 3.4, 1.6, 0.6, "$c_t,\\ k^R_t$")
+    _box(ax, 5.0, 3.3, 3.4, 0.8, "latent cache\n$c_1 \\ldots c_t$ (one per token)", cache_c)
+    _arrow(ax, (1.2, 3.7), (2.3, 3.7), "$W^{DKV}$")
+    _arrow(ax, (3.9, 3.7), (5.0, 3.7), "append")
+    # lane 2: the query, with W_UK absorbed
+    ax.text(0.1, 2.75, "scores", fontsize=10, fontweight="bold")
+    _box(ax, 0.2, 1.9, 1.0, 0.6, "$q_{t,h}$")
+    _box(ax, 2.3, 1.9, 1.9, 0.6, "$(W^{UK}_h)^{\\top} q_{t,h}$", abs_c)
+    _box(ax, 5.0, 1.9, 3.4, 0.6, "$p_j = \\mathrm{softmax}_j(\\tilde q \\cdot c_j + q^R \\cdot k^R_j)$")
+    _arrow(ax, (1.2, 2.2), (2.3, 2.2), "$W^{UK}$ absorbed", colour="#1f5f9e")
+    _arrow(ax, (4.2, 2.2), (5.0, 2.2))
+    _arrow(ax, (6.7, 3.3), (6.7, 2.5), "  read every $c_j$", offset=(0.75, -0.1))
+    # lane 3: the output, with W_UV absorbed
+    ax.text(0.1, 1.25, "output", fontsize=10, fontweight="bold")
+    _box(ax, 5.0, 0.4, 3.4, 0.6, "$\\sum_j p_j\\, c_j$  (still a latent)")
+    _box(ax, 2.3, 0.4, 1.9, 0.6, "$W^{UV}_h \\sum_j p_j c_j$", abs_c)
+    _box(ax, 0.2, 0.4, 1.0, 0.6, "$o_{t,h}$")
+    _arrow(ax, (6.7, 1.9), (6.7, 1.0))
+    _arrow(ax, (5.0, 0.7), (4.2, 0.7), "$W^{UV}$ absorbed", colour="#1f5f9e")
+    _arrow(ax, (2.3, 0.7), (1.2, 0.7))
+    ax.text(8.6, 3.6, "stored", fontsize=9, color="#9a5b00")
+    ax.text(8.6, 2.1, "per head,\nonce per step", fontsize=9, color="#1f5f9e")
+    fig.lanes = {"cache": ["x_t", "c_t", "latent cache"],
+                 "scores": ["q", "W_UK^T q", "softmax"], "output": ["sum p c", "W_UV", "o"]}
+    fig.matrices = {}
+    fig.caption = ("MLA's absorbed decode step: the cache holds one latent per token; the key "
+                   "up-projection is absorbed into the query and the value up-projection into "
+                   "the output, so no past token is ever decompressed")
+    fig.alt = ("Three lanes of boxes and arrows. Cache lane: x_t projected by W_DKV to the latent "
+               "c_t and rotary key, appended to the latent cache. Scores lane: the query q "
+               "multiplied by the transpose of W_UK (absorbed), then softmax over its dot "
+               "products with every cached latent. Output lane: the weighted sum of latents, "
+               "multiplied by W_UV (absorbed), gives the head's output.")
+    return fig
+
+
+def routing_schematic(n_experts: int = 8, top_k: int = 2, d_model: int = 16, seed: int = 0):
+    """One token through a sigmoid top-``top_k`` router over ``n_experts`` (chapter 7): the
+    token, its scores (bars; the chosen ones coloured), the chosen experts and the weighted sum.
+
+    The numbers are those of :class:`gpt2k3.layers.moe.Router` on a random token and random
+    router weights from ``seed``: ``fig.scores`` (every expert's score), ``fig.picked`` (the
+    top-``top_k`` experts) and ``fig.weights`` (their normalised weights, summing to 1).
+    Returns a PNG figure with ``caption`` and ``alt``.
+    """
+    from matplotlib.patches import Rectangle
+
+    from gpt2k3.book.figures.matrices import _PNGFigure
+    for name, value, lo in (("n_experts", n_experts, 2), ("top_k", top_k, 1),
+                            ("d_model", d_model, 1), ("seed", seed, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+            raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+    if top_k >= n_experts:
+        raise ValueError(f"top_k ({top_k}) must be < n_experts ({n_experts})")
+    gen = torch.Generator().manual_seed(seed)
+    router = Router(MoEConfig(d_model=d_model, n_routed_experts=n_experts, n_shared_experts=0,
+                              top_k=top_k, d_expert=1, score_func="sigmoid")).double()
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(n_experts, d_model, generator=gen, dtype=torch.float64)
+                            * d_model ** -0.5)
+        x = torch.randn(1, d_model, generator=gen, dtype=torch.float64)
+        scores = router.scores(x)[0]
+        weights, picked = router(x)
+    scores, weights, picked = scores.tolist(), weights[0].tolist(), picked[0].tolist()
+    fig = _PNGFigure(figsize=(10.5, 3.6))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 10.5)
+    ax.set_ylim(0, 3.6)
+    ax.set_axis_off()
+    on, off = PALETTE[1] if len(PALETTE) > 1 else "#ff7f0e", "#c8c8c8"
+    _box(ax, 0.2, 1.5, 0.9, 0.6, "token\n$x$")
+    # scores as bars
+    x0, bw, base, top = 1.9, 0.32, 0.5, 2.6
+    ax.text(x0, 3.15, "scores $s_e = \\sigma(x \\cdot e_e)$", fontsize=10)
+    for e, s in enumerate(scores):
+        ax.add_patch(Rectangle(
+            (x0 + e * bw, base), bw * 0.8, s * (top - base), fc=on if e in picked else off,
+            ec="#555555", lw=0.6))
+        ax.text(x0 + e * bw + bw * 0.4, base - 0.2, str(e), ha="center", fontsize=8)
+    _arrow(ax, (1.1, 1.8), (x0 - 0.05, 1.8))
+    xs = x0 + n_experts * bw + 0.3
+    ax.text(xs, 3.15, f"top-{top_k}", fontsize=10)
+    ex = xs + 1.3
+    ys = [2.4 - i * (1.9 / max(1, top_k - 1)) if top_k > 1 else 1.5 for i in range(top_k)]
+    for i, (e, w, y) in enumerate(zip(picked, weights, ys)):
+        _box(ax, ex, y - 0.25, 1.3, 0.5, f"expert {e}", "#fde7c8")
+        _arrow(ax, (xs, 1.8), (ex, y), f"$g$={w:.2f}", size=8, offset=(0.05, 0.0))
+        _arrow(ax, (ex + 1.3, y), (ex + 2.2, 1.8))
+    _box(ax, ex + 2.2, 1.5, 1.6, 0.6, "$y = \\sum g_e\\, E_e(x)$", "#d6e6f5")
+    ax.text(ex + 2.2, 0.9, "(+ shared experts,\nfor every token)", fontsize=8, color="#555555")
+    fig.scores, fig.picked, fig.weights = scores, picked, weights
+    fig.matrices = {}
+    fig.caption = (f"Routing one token: {n_experts} scores, the top {top_k} experts run, "
+                   "and their outputs are summed with the normalised scores as weights")
+    fig.alt = (f"A token's {n_experts} router scores as bars, the {top_k} highest coloured "
+               f"(experts {', '.join(map(str, picked))}); arrows to those experts only, "
+               f"labelled with their weights ({', '.join(f'{w:.2f}' for w in weights)}), "
+               "then to one box that sums their outputs.")
+    return fig
