@@ -129,3 +129,60 @@ def test_the_logit_facts_are_the_runs(data):
         ofigs.logit_facts(data, late=4)
     with pytest.raises(ValueError, match="with and without"):
         ofigs.logit_facts({**data, "runs": [r for r in data["runs"] if r.get("qk_clip") is None]}, late=2)
+
+
+def _per_head(seed, bits, ratios):
+    """A Per-Head Muon run whose one layer, at each recorded step, has heads of RMS
+    ``(1, r)`` for each form's ratio ``r``."""
+    run = _run("muon_per_head", seed, bits, [1.0, 2.0, 3.0], lr=8e-3)
+    run["head_update_rms"] = [{"step": s, "layers": [{f: [1.0, r[f]] for f in r}]}
+                              for s, r in zip((10, 20), ratios)]
+    return run
+
+
+@pytest.fixture
+def heads(data):
+    ratios = [{"input": 100.0, "whole": 4.0, "per_head": 1.1},
+              {"input": 10.0, "whole": 2.0, "per_head": 1.05}]
+    data = dict(data)
+    data["runs"] = data["runs"] + [_per_head(0, (8.0, 2.9, 2.4), ratios),
+                                   _per_head(1, (8.0, 2.9, 2.45), ratios)]
+    return data
+
+
+def test_the_per_head_table_pairs_the_seeds(heads):
+    headers, rows = ofigs.per_head_table(heads)
+    assert headers[1:3] == ["Muon (whole matrix)", "Per-Head Muon"]
+    assert rows[0] == ["seed 0", "2.500", "2.400", "-0.100"]
+    assert rows[1] == ["seed 1", "2.300", "2.450", "+0.150"]
+    assert rows[-1] == ["mean of 2", "2.400", "2.425", "+0.025"]
+
+
+def test_the_head_scale_facts_are_the_recorded_ratios(heads):
+    f = ofigs.head_scale_facts(heads)
+    assert f["seeds"] == [0, 1]
+    assert f["whole"]["max"] == 4.0 and f["per_head"]["max"] == pytest.approx(1.1)
+    assert f["input"]["median"] == pytest.approx(55.0)  # of 100, 10, 100, 10
+    fig = ofigs.head_scale_curves(heads, seed=1)
+    assert [t.name for t in fig.data] == list(ofigs.HEAD_FORMS.values())
+    assert list(fig.data[1].y) == [4.0, 2.0] and list(fig.data[1].x) == [10, 20]
+
+
+def test_the_per_head_builders_refuse_data_without_the_arm(data):
+    with pytest.raises(ValueError, match="Per-Head"):
+        ofigs.per_head_table(data)
+    with pytest.raises(ValueError, match="Per-Head"):
+        ofigs.head_scale_facts(data)
+
+
+def test_the_stored_experiment_builds_the_per_head_views():
+    from gpt2k3.book.results import load
+
+    stored = load("optimizers.json")
+    if not any(r["arm"] == "muon_per_head" for r in stored["runs"]):
+        pytest.skip("the stored experiment holds no Per-Head Muon run yet")
+    headers, rows = ofigs.per_head_table(stored)
+    assert rows[-1][0].startswith("mean of")
+    f = ofigs.head_scale_facts(stored)
+    assert f["per_head"]["max"] < f["whole"]["max"]  # the per-head form evens the heads out
+    ofigs.head_scale_curves(stored)

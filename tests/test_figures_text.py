@@ -248,3 +248,45 @@ def test_the_longer_run_builds_every_figure_and_table():
         assert fig.layout.sliders
     assert longfigs.repeat_findings(data, bins=longfigs.inside_bins(data))["cells"]
     figs.text_samples_html(data)
+
+
+def test_the_compute_multiplier_builds_from_the_stored_file():
+    """Whatever the file holds so far (its runs arrive while it is written): the table has a
+    row per model and budget, the facts say which budgets and seeds are in, and either the
+    multiplier or the lower bound is given."""
+    from gpt2k3.book.figures import text_longer as longfigs
+    from gpt2k3.book.results import load
+
+    stored = load("compute_multiplier.json", missing_ok=True)
+    if stored is None:
+        pytest.skip("no compute_multiplier.json")
+    facts = longfigs.multiplier_facts(stored)
+    assert 1 in facts["budgets"] and facts["target_seeds"]
+    assert facts["reached"] == (facts["multiplier"] is not None)
+    assert facts["reached"] or facts["lower_bound"] is not None
+    headers, rows = longfigs.multiplier_table(stored)
+    assert len(rows) == len(facts["budgets"]) + 1  # the target at 1x, the baseline per budget
+    assert rows[0][4] == "1.00"
+    fig = longfigs.multiplier_figure(stored)
+    assert len(fig.data) == 3
+
+
+def test_the_multiplier_figure_by_hand():
+    from gpt2k3.book.figures import text_longer as longfigs
+
+    def run(model, mult, seed, bits, per_byte):
+        return {"model": model, "multiple": mult, "seed": seed, "tokens": 100 * mult,
+                "compute": 100 * mult * per_byte, "val_bits": bits}
+    data = {"baseline": "gpt2_fan_in", "target": "k3", "flops_per_byte": {"gpt2_fan_in": 2.0, "k3": 1.0},
+            "target_bits": {"mean": 1.5}, "multiplier": None, "band": [None, None],
+            "lower_bound": 4.0, "complete": False,
+            "runs": [run("k3", 1, 0, 1.5, 1.0), run("gpt2_fan_in", 1, 0, 2.0, 2.0),
+                     run("gpt2_fan_in", 2, 0, 1.8, 2.0), run("gpt2_fan_in", 2, 1, 1.9, 2.0)]}
+    facts = longfigs.multiplier_facts(data)
+    assert facts["budgets"] == {1: [0], 2: [0, 1]} and facts["flops_ratio"] == 2.0
+    assert not facts["reached"] and facts["largest"] == 2
+    _, rows = longfigs.multiplier_table(data)
+    assert rows[2][4] == "4.00" and rows[2][-1] == "1.850"
+    assert "4.0×" in longfigs.multiplier_figure(data).layout.title.text
+    with pytest.raises(ValueError, match="compute_multiplier"):
+        longfigs.multiplier_facts({"runs": []})

@@ -66,6 +66,13 @@ __all__ = [
     "check_gated_delta_rule",
     "delta_rule_inputs",
     "log_decay_inputs",
+    "check_log_decay",
+    "check_gdn_gate",
+    "check_kda_gate",
+    "check_delta_rule_call",
+    "check_gated_delta_rule_call",
+    "check_linear_attention_call",
+    "check_linear_decode_call",
     "check_linear_state",
     "linear_attention_inputs",
     "WRITE_STRENGTH_RTOL",
@@ -493,14 +500,13 @@ def delta_rule_inputs(q, k, v, beta, g=None, initial_state=None, chunk_size=64, 
     return (*(x.to(dtype) for x in tensors), S.to(dtype), output_dtype(q, k, v))
 
 
-def log_decay_inputs(x, A_log, dt_bias, lower_bound=None, *, per_channel=True):
-    """The one check of a forget-gate function (``gpt2k3.layers.deltanet``'s ``*_log_decay``).
+def check_log_decay(x, A_log, dt_bias, lower_bound=None, *, per_channel=True) -> None:
+    """The door of a forget-gate function (``gpt2k3.layers.deltanet``'s ``*_log_decay``).
 
     ``x`` is the gate's pre-activation: ``(B, T, H, Dk)`` with ``dt_bias`` ``(H * Dk,)`` when
     ``per_channel`` (KDA; fla-core's layout), else ``(B, T, H)`` with ``dt_bias`` ``(H,)`` (Gated
     DeltaNet); ``A_log`` is ``(H,)``; ``lower_bound``, if given, a finite negative number. Shapes
-    only: nothing is read back to the host. Returns ``(x, A_log, dt_bias)`` in ``x``'s dtype or
-    float32 if wider, ``dt_bias`` shaped ``(H, Dk)`` (or ``(H,)``) to broadcast against ``x``.
+    only: nothing is read back to the host, nothing is changed.
     """
     if lower_bound is not None:
         check_finite_number(lower_bound, "lower_bound", -1)
@@ -517,6 +523,23 @@ def log_decay_inputs(x, A_log, dt_bias, lower_bound=None, *, per_channel=True):
                 else type(value).__name__
             raise ValueError(f"{name} must have shape {spelled} = {_fmt(shape)} and a floating "
                              f"dtype, got {got}")
+
+
+def check_gdn_gate(x, A_log, dt_bias) -> None:
+    """The door of Gated DeltaNet's gate: :func:`check_log_decay` with one decay per head."""
+    check_log_decay(x, A_log, dt_bias, per_channel=False)
+
+
+def check_kda_gate(x, A_log, dt_bias, lower_bound=None) -> None:
+    """The door of KDA's gates (and K3's bounded one): :func:`check_log_decay`, one per channel."""
+    check_log_decay(x, A_log, dt_bias, lower_bound)
+
+
+def log_decay_inputs(x, A_log, dt_bias, lower_bound=None, *, per_channel=True):
+    """:func:`check_log_decay`, then ``(x, A_log, dt_bias)`` in ``x``'s dtype or float32 if
+    wider, ``dt_bias`` shaped ``(H, Dk)`` (or ``(H,)``) to broadcast against ``x``. Kept for the
+    exercises that still call it; the gate functions themselves cast in their own bodies."""
+    check_log_decay(x, A_log, dt_bias, lower_bound, per_channel=per_channel)
     dtype = torch.promote_types(x.dtype, torch.float32)
     return x.to(dtype), A_log.to(dtype), dt_bias.to(dtype).view(x.shape[2:])
 
@@ -564,6 +587,60 @@ def linear_attention_inputs(q, k, v, initial_state=None, eps: float = 1e-6, norm
     if S is None:
         S, z = q.new_zeros(B, H, Dk, Dv, dtype=dtype), q.new_zeros(B, H, Dk, dtype=dtype)
     return q.to(dtype), k.to(dtype), v.to(dtype), (S.to(dtype), z.to(dtype)), output_dtype(q, k, v)
+
+
+def _check_delta_call(q, k, v, beta, g, initial_state, chunk_size, gated: bool) -> None:
+    check_chunk_size(chunk_size)
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        check_qkv_shapes(q, k, v)  # no value may be read while a CUDA graph is captured
+        check_float_tensor(beta, "beta")
+        if gated:
+            check_float_tensor(g, "g")
+    elif gated:
+        check_gated_delta_rule(q, k, v, beta, g, initial_state)
+    else:
+        check_delta_rule(q, k, v, beta, initial_state)
+    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
+
+
+def check_delta_rule_call(q, k, v, beta, *, initial_state=None, chunk_size=64) -> None:
+    """The door of a DeltaNet op (:mod:`gpt2k3.ops.delta`, with :func:`checked`): the arguments
+    as :func:`check_delta_rule`, ``q, k, v`` of one dtype, a positive ``chunk_size``. The value
+    checks (finite, ``beta |k|^2`` in ``[0, 2]``) are skipped while a CUDA graph is captured.
+    Changes nothing: the op's body casts and creates its own state."""
+    _check_delta_call(q, k, v, beta, None, initial_state, chunk_size, gated=False)
+
+
+def check_gated_delta_rule_call(q, k, v, beta, g, *, initial_state=None, chunk_size=64) -> None:
+    """The door of a Gated DeltaNet / KDA op (:mod:`gpt2k3.ops.gated_delta`): as
+    :func:`check_delta_rule_call`, plus the log decay ``g`` (:func:`check_gate`)."""
+    _check_delta_call(q, k, v, beta, g, initial_state, chunk_size, gated=True)
+
+
+def check_linear_attention_call(q, k, v, *, initial_state=None, chunk_size=1, eps=1e-6,
+                                normalize=True) -> None:
+    """The door of a linear-attention op (:mod:`gpt2k3.ops.linear`): :func:`check_qkv_shapes`
+    with ``q, k, v`` of one dtype, ``eps`` a finite float ``> 0``, ``normalize`` a bool, a
+    positive ``chunk_size``, an ``initial_state`` as :func:`check_linear_state`. Reads no value
+    (a decode step can afford it) and changes nothing."""
+    B, H, _, Dk, Dv = check_qkv_shapes(q, k, v)
+    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
+    check_positive_float(eps, "eps")
+    check_bool(normalize, "normalize")
+    check_chunk_size(chunk_size)
+    check_linear_state(initial_state, "initial_state", B, H, Dk, Dv)
+
+
+def check_linear_decode_call(q_t, k_t, v_t, *, initial_state=None, eps=1e-6, normalize=True,
+                             inplace=False) -> None:
+    """The door of :func:`gpt2k3.ops.linear.decode_step`: :func:`check_linear_attention_call`
+    for one token (``T = 1``) and ``inplace`` a bool (the string ``"no"`` would be truthy)."""
+    check_linear_attention_call(q_t, k_t, v_t, initial_state=initial_state, eps=eps,
+                                normalize=normalize)
+    check_bool(inplace, "inplace")
+    if q_t.shape[2] != 1:
+        raise ValueError(f"q_t, k_t and v_t must hold one token, shape (B, H, 1, D); got "
+                         f"T={q_t.shape[2]}")
 
 
 # --------------------------------------------------------------------------------- dtypes

@@ -7,7 +7,10 @@ optimizers.json``); nothing is trained here.
   byte of every seed, their mean and spread, the bytes to the target loss and the largest logit;
 * :func:`lr_trial_table` -- the learning-rate trials of both optimizers;
 * :func:`optimizer_curves` -- validation bits per byte against the bytes trained on;
-* :func:`max_logit_curves` -- the largest pre-softmax attention logit of every step.
+* :func:`max_logit_curves` -- the largest pre-softmax attention logit of every step;
+* :func:`per_head_table`, :func:`head_scale_facts`, :func:`head_scale_curves` -- Kimi K3's
+  Per-Head Muon against whole-matrix Muon: the final loss per seed, and how unequal the heads'
+  update scales are under each form.
 """
 
 from __future__ import annotations
@@ -20,15 +23,24 @@ import plotly.graph_objects as go
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 
-__all__ = ["ARMS", "ARM_LABELS", "arm_runs", "largest_jump", "optimizer_summary", "logit_facts",
-           "optimizer_table", "lr_trial_table", "optimizer_curves", "max_logit_curves"]
+__all__ = ["ARMS", "ALL_ARMS", "ARM_LABELS", "arm_runs", "largest_jump", "optimizer_summary",
+           "logit_facts", "optimizer_table", "lr_trial_table", "optimizer_curves",
+           "max_logit_curves", "HEAD_FORMS", "per_head_table", "head_scale_facts",
+           "head_scale_curves"]
 
 #: The four arms of the experiment, in the order the chapter shows them.
 ARMS = ("adamw", "muon", "adamw_qk", "muon_qk")
+#: Every arm, Kimi K3's Per-Head Muon included (it runs at Muon's chosen rate).
+ALL_ARMS = (*ARMS, "muon_per_head")
 ARM_LABELS = {"adamw": "AdamW", "muon": "Muon", "adamw_qk": "AdamW + QK-clip",
-              "muon_qk": "MuonClip: Muon + QK-clip"}
-_COLORS = {"adamw": PALETTE[0], "muon": PALETTE[5], "adamw_qk": PALETTE[4], "muon_qk": PALETTE[1]}
-_DASH = {"adamw": "solid", "muon": "solid", "adamw_qk": "dash", "muon_qk": "dash"}
+              "muon_qk": "MuonClip: Muon + QK-clip", "muon_per_head": "Per-Head Muon"}
+_COLORS = {"adamw": PALETTE[0], "muon": PALETTE[5], "adamw_qk": PALETTE[4], "muon_qk": PALETTE[1],
+           "muon_per_head": PALETTE[2]}
+_DASH = {"adamw": "solid", "muon": "solid", "adamw_qk": "dash", "muon_qk": "dash",
+         "muon_per_head": "dashdot"}
+#: What ``head_update_rms`` records per head: the momentum, and each form's step.
+HEAD_FORMS = {"input": "momentum fed to Newton–Schulz", "whole": "whole-matrix Muon step",
+              "per_head": "Per-Head Muon step"}
 
 
 def _check(data: Mapping) -> list[dict]:
@@ -44,9 +56,9 @@ def _check(data: Mapping) -> list[dict]:
 def arm_runs(data: Mapping, arms: Sequence[str] = ARMS) -> dict[str, list[dict]]:
     """The full runs of each of ``arms`` (those that have any), by seed."""
     runs = _check(data)
-    unknown = [a for a in arms if a not in ARMS]
+    unknown = [a for a in arms if a not in ALL_ARMS]
     if unknown or not arms:
-        raise ValueError(f"arms must be a non-empty subset of {ARMS}, got {list(arms)}")
+        raise ValueError(f"arms must be a non-empty subset of {ALL_ARMS}, got {list(arms)}")
     out = {a: sorted((r for r in runs if r["phase"] == "full" and r["arm"] == a),
                      key=lambda r: r["seed"]) for a in arms}
     out = {a: rs for a, rs in out.items() if rs}
@@ -76,7 +88,7 @@ def optimizer_summary(data: Mapping) -> dict[str, dict]:
     :func:`largest_jump`)."""
     reach = (data.get("summary") or {}).get("tokens_to_target") or {}
     out = {}
-    for arm, rs in arm_runs(data).items():
+    for arm, rs in arm_runs(data, ALL_ARMS).items():
         bits = [r["val_bits"] for r in rs]
         out[arm] = {"lr": rs[0]["lr"], "qk_clip": rs[0]["qk_clip"], "seeds": [r["seed"] for r in rs],
                     "val_bits": bits, "mean": statistics.fmean(bits),
@@ -99,7 +111,7 @@ def logit_facts(data: Mapping, late: int = 100, near_pct: float = 10) -> dict:
     ``over_within_pct`` (of the clipped runs' steps whose largest logit is above ``tau``, the
     share within ``near_pct`` percent of it) and ``curve_offsets`` (the lowest and highest
     difference between a run's last validation-curve point and its final evaluation)."""
-    runs = [r for r in _check(data) if r["phase"] == "full"]
+    runs = [r for r in _check(data) if r["phase"] == "full" and r["arm"] in ARMS]
     if not isinstance(late, int) or not 1 <= late <= min(len(r["max_logits"]) for r in runs):
         raise ValueError(f"late must be an int between 1 and the steps of a run, got {late!r}")
     unclipped = [r for r in runs if r["qk_clip"] is None]
@@ -236,3 +248,79 @@ def max_logit_curves(data: Mapping, arms: Sequence[str] = ARMS, active: int = 0)
                   traces=list(range(len(by_arm))))  # the threshold's line stays as it is
              for v in range(n_views)]
     return add_slider(fig, steps, prefix="showing: ", active=active)
+
+
+def per_head_table(data: Mapping) -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)``: whole-matrix Muon against Per-Head Muon, one row per seed that both
+    have finished, validation bits per byte of each and their difference; then the means."""
+    runs = [r for r in _check(data) if r["phase"] == "full"]
+    by_arm = {a: [r for r in runs if r["arm"] == a] for a in ("muon", "muon_per_head")}
+    if not by_arm["muon_per_head"] or not by_arm["muon"]:
+        raise ValueError("data holds no finished Per-Head Muon run beside a Muon run")
+    whole = {r["seed"]: r["val_bits"] for r in by_arm["muon"]}
+    heads = {r["seed"]: r["val_bits"] for r in by_arm["muon_per_head"]}
+    seeds = sorted(set(whole) & set(heads))
+    rows = [[f"seed {s}", f"{whole[s]:.3f}", f"{heads[s]:.3f}", f"{heads[s] - whole[s]:+.3f}"]
+            for s in seeds]
+    w, h = statistics.fmean(whole[s] for s in seeds), statistics.fmean(heads[s] for s in seeds)
+    rows.append([f"mean of {len(seeds)}", f"{w:.3f}", f"{h:.3f}", f"{h - w:+.3f}"])
+    return ["", "Muon (whole matrix)", "Per-Head Muon", "per-head minus whole"], rows
+
+
+def _head_scale_runs(data: Mapping) -> list[dict]:
+    """The finished Per-Head Muon runs that recorded their heads' update scales, by seed."""
+    rs = sorted((r for r in _check(data) if r["phase"] == "full" and r["arm"] == "muon_per_head"
+                 and r.get("head_update_rms")), key=lambda r: r["seed"])
+    if not rs:
+        raise ValueError("data holds no Per-Head Muon run with its head scales")
+    return rs
+
+
+def _spreads(run: Mapping) -> dict[str, list[tuple[int, float]]]:
+    """Per form, per recorded step: the largest head's RMS over the smallest, the median over
+    the run's attention layers."""
+    out = {form: [] for form in HEAD_FORMS}
+    for point in run["head_update_rms"]:
+        for form in HEAD_FORMS:
+            ratios = sorted(max(layer[form]) / min(layer[form]) for layer in point["layers"])
+            out[form].append((point["step"], statistics.median(ratios)))
+    return out
+
+
+def head_scale_facts(data: Mapping) -> dict:
+    """How unequal the heads' update scales are, over the Per-Head Muon runs: per form of
+    :data:`HEAD_FORMS`, the median and the largest over every recorded step, layer and seed of
+    the largest head's RMS over the smallest (Q, K and V heads of one layer together), and
+    ``seeds``. The momentum is the one Per-Head Muon's own training produced; the whole-matrix
+    step is what Muon would have taken from that same momentum."""
+    rs = _head_scale_runs(data)
+    ratios = {form: sorted(max(layer[form]) / min(layer[form]) for r in rs
+                           for point in r["head_update_rms"] for layer in point["layers"])
+              for form in HEAD_FORMS}
+    return {"seeds": [r["seed"] for r in rs],
+            **{form: {"median": statistics.median(v), "max": max(v)} for form, v in ratios.items()}}
+
+
+def head_scale_curves(data: Mapping, seed: int | None = None) -> go.Figure:
+    """The largest head's update RMS over the smallest, against the training step (log scale),
+    for the momentum and for each form's step from it: the median over the attention layers
+    of one Per-Head Muon run (``seed``; default the first)."""
+    rs = _head_scale_runs(data)
+    run = rs[0] if seed is None else next((r for r in rs if r["seed"] == seed), None)
+    if run is None:
+        raise ValueError(f"seed must be one of {[r['seed'] for r in rs]}, got {seed!r}")
+    fig = go.Figure()
+    colors = {"input": "#888", "whole": _COLORS["muon"], "per_head": _COLORS["muon_per_head"]}
+    dash = {"input": "dot", "whole": "solid", "per_head": "dashdot"}
+    for form, points in _spreads(run).items():
+        fig.add_trace(go.Scatter(
+            x=[s for s, _ in points], y=[v for _, v in points], mode="lines+markers",
+            name=HEAD_FORMS[form], marker=dict(size=4),
+            line=dict(color=colors[form], dash=dash[form], width=2),
+            hovertemplate=f"{HEAD_FORMS[form]}: largest/smallest head %{{y:.2f}}× at step %{{x}}"
+                          "<extra></extra>"))
+    style(fig, title=f"How unequal the heads' update scales are (Per-Head Muon run, seed "
+                     f"{run['seed']})", x_title="training step",
+          y_title="largest head's RMS / smallest's", height=440)
+    fig.update_yaxes(type="log")
+    return fig

@@ -11,7 +11,11 @@ The builders read what ``benchmarks/text_lm.py`` writes; nothing is trained here
   settings the run was started with), :func:`repeat_table` (the repeats of the held-out books
   the repeat test reads), and, once every run has finished, :func:`lr_sweep` (validation loss
   against the learning rate tried), :func:`repeat_summary` and :func:`repeat_gain` (the loss on
-  the second copy of a repeat against the first, by distance).
+  the second copy of a repeat against the first, by distance);
+* the compute multiplier (``benchmarks/results/compute_multiplier.json``, from
+  ``benchmarks/compute_multiplier.py``): :func:`multiplier_facts`, :func:`multiplier_table` and
+  :func:`multiplier_figure` (GPT-2's loss against its training compute, beside the tiny K3's at
+  one budget). They build from a partial file too, and say which budgets and seeds it holds.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from gpt2k3.experiments.text_lm import MIXER_LABELS
 __all__ = ["PLATEAU_LABELS", "plateau_summary", "plateau_curves", "previous_byte_heads",
            "design_table", "repeat_table", "lr_sweep", "seed_table", "repeat_summary",
            "inside_bins", "repeat_findings", "repeat_gain",
-           "color_of"]
+           "color_of", "multiplier_facts", "multiplier_table", "multiplier_figure"]
 
 #: What each variant of the plateau preset changes, for legends and tables.
 PLATEAU_LABELS = {"published": "as published", "fan_in": "weights N(0, 1/fan_in)",
@@ -388,3 +392,99 @@ def repeat_gain(data: Mapping, active: int = 0) -> go.Figure:
                           layout={"title.text": f"{_label(data, m)}: what the first copy saves "
                                                 "on the second"}))
     return add_slider(fig, steps, prefix="in front: ", active=active)
+
+
+# ------------------------------------------------------------------ the compute multiplier
+def _check_multiplier(data: Mapping) -> list[dict]:
+    try:
+        runs = list(data["runs"])
+        data["baseline"], data["target"], data["flops_per_byte"], data["target_bits"]
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"data must be the results of benchmarks/compute_multiplier.py "
+                         f"(missing {err})") from None
+    if not runs:
+        raise ValueError("data holds no run")
+    return runs
+
+
+def multiplier_facts(data: Mapping) -> dict:
+    """What the multiplier file holds now: ``budgets`` (per multiple of chapter 11's bytes, the
+    baseline's seeds finished), ``multiplier``, ``band``, ``lower_bound`` and ``complete`` as
+    stored; ``reached`` (whether the baseline's mean reaches the target within the budgets);
+    ``flops_ratio`` (the baseline's training FLOPs per byte over the target's), so that a
+    multiplier in FLOPs is ``flops_ratio`` times smaller in bytes; ``largest`` (the largest
+    budget's multiple) and ``target_compute``."""
+    runs = _check_multiplier(data)
+    base = [r for r in runs if r["model"] == data["baseline"]]
+    budgets = {m: sorted(r["seed"] for r in base if r["multiple"] == m)
+               for m in sorted({r["multiple"] for r in base})}
+    per_byte = data["flops_per_byte"]
+    return {"budgets": budgets, "largest": max(budgets), "multiplier": data.get("multiplier"),
+            "band": list(data.get("band") or [None, None]),
+            "lower_bound": data.get("lower_bound"), "complete": bool(data.get("complete")),
+            "reached": data.get("multiplier") is not None,
+            "flops_ratio": per_byte[data["baseline"]] / per_byte[data["target"]],
+            "target_compute": data.get("target_compute"),
+            "target_seeds": sorted(r["seed"] for r in runs
+                                   if r["model"] == data["target"] and r["multiple"] == 1)}
+
+
+def multiplier_table(data: Mapping) -> tuple[list[str], list[list]]:
+    """``(headers, rows)``: one row per model and budget: the multiple of chapter 11's bytes,
+    the bytes, the training compute (in 10^12 FLOPs) and its ratio to the tiny K3's at 1x, the
+    validation bits per byte of every finished seed and their mean."""
+    runs = _check_multiplier(data)
+    t_compute = statistics.fmean(r["compute"] for r in runs
+                                 if r["model"] == data["target"] and r["multiple"] == 1)
+    rows = []
+    for model in (data["target"], data["baseline"]):
+        for m in sorted({r["multiple"] for r in runs if r["model"] == model}):
+            rs = sorted((r for r in runs if r["model"] == model and r["multiple"] == m),
+                        key=lambda r: r["seed"])
+            bits = [r["val_bits"] for r in rs]
+            rows.append([_label(data, model), f"{m}×", f"{rs[0]['tokens']:,}",
+                         f"{rs[0]['compute'] / 1e12:,.1f}", f"{rs[0]['compute'] / t_compute:.2f}",
+                         ", ".join(f"{r['seed']}: {r['val_bits']:.3f}" for r in rs),
+                         f"{statistics.fmean(bits):.3f}"])
+    return (["model", "budget", "bytes", "compute (10¹² FLOPs)", "compute / tiny K3's",
+             "bits per byte by seed", "mean"], rows)
+
+
+def multiplier_figure(data: Mapping) -> go.Figure:
+    """Validation bits per byte against training compute (log scale): every finished run of the
+    baseline (markers) and its mean per budget (line), the target's runs at 1x, and a dotted
+    line at the target's mean; the title states the multiplier, or the lower bound."""
+    runs = _check_multiplier(data)
+    facts = multiplier_facts(data)
+    fig = go.Figure()
+    for model, symbol in ((data["baseline"], "circle"), (data["target"], "diamond")):
+        rs = [r for r in runs if r["model"] == model]
+        label = _label(data, model)
+        fig.add_trace(go.Scatter(
+            x=[r["compute"] for r in rs], y=[r["val_bits"] for r in rs], mode="markers",
+            name=f"{label}, each seed", marker=dict(color=color_of(model), symbol=symbol, size=8,
+                                                    opacity=0.6),
+            text=[f"{r['multiple']}×, seed {r['seed']}" for r in rs],
+            hovertemplate=f"{label} %{{text}}: %{{y:.3f}} bits/byte at %{{x:.3g}} FLOPs"
+                          "<extra></extra>"))
+        if model == data["baseline"]:
+            budgets = sorted({r["compute"] for r in rs})
+            means = [statistics.fmean(r["val_bits"] for r in rs if r["compute"] == c)
+                     for c in budgets]
+            fig.add_trace(go.Scatter(x=budgets, y=means, mode="lines", name=f"{label}, mean",
+                                     line=dict(color=color_of(model), width=2),
+                                     hoverinfo="skip"))
+    target = data["target_bits"]["mean"]
+    fig.add_hline(y=target, line=dict(color="#888", dash="dot", width=1))
+    fig.add_annotation(x=1.0, xref="paper", xanchor="right", y=target, yanchor="top",
+                       showarrow=False, text=f"{_label(data, data['target'])} at 1×: {target:.3f}",
+                       font=dict(size=11, color="#666"))
+    if facts["reached"]:
+        title = f"GPT-2 reaches the tiny K3's loss at {facts['multiplier']:.1f}× its compute"
+    else:
+        title = (f"GPT-2 has not reached the tiny K3's loss by {facts['lower_bound']:.1f}× its "
+                 f"compute (budgets so far: up to {facts['largest']}× the bytes)")
+    style(fig, title=title, x_title="training compute (FLOPs)", y_title="validation bits per byte",
+          height=460)
+    fig.update_xaxes(type="log")
+    return fig
