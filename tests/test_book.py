@@ -6,7 +6,8 @@ leaves the site, no page error, math renders, no script blocks the first paint, 
 page weighs at most 4 MiB, no raw MyST markup is left in the text, every slider moves its
 figure from the keyboard, no figure's text collides or is cut) and at 390 px (no page scrolls
 sideways, no figure's text collides or is cut, in light mode and then in dark, where no figure
-or picture stays on a white card).  Figure layout is measured by ``tests/book_audit.py``.
+or picture stays on a white card).  At both widths no word or number breaks inside a table
+cell: a wide table scrolls in its own box.  Figure layout is measured by ``tests/book_audit.py``.
 """
 
 from __future__ import annotations
@@ -266,6 +267,80 @@ _LIGHT_CARDS_JS = r"""
 }
 """
 
+#: In dark mode: figure labels (annotations) under 4.5:1 contrast on the page, and heatmaps
+#: whose colour scale keeps white cells.
+_DARK_FIGURE_COLOURS_JS = r"""
+() => {
+  const lin = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const parse = c => {
+    if (!c) return null;
+    let m = c.match(/^#([0-9a-f]{6})$/i);
+    if (m) return [0, 2, 4].map(i => parseInt(m[1].slice(i, i + 2), 16));
+    m = c.match(/^#([0-9a-f]{3})$/i);
+    if (m) return [...m[1]].map(h => parseInt(h + h, 16));
+    m = c.match(/rgba?\(([^)]+)\)/);
+    return m ? m[1].split(',').slice(0, 3).map(Number) : null;
+  };
+  const lum = p => 0.2126 * lin(p[0]) + 0.7152 * lin(p[1]) + 0.0722 * lin(p[2]);
+  const page = [20, 24, 30];
+  const ratio = p => (Math.max(lum(p), lum(page)) + 0.05) / (Math.min(lum(p), lum(page)) + 0.05);
+  const bad = [];
+  document.querySelectorAll('.js-plotly-plot').forEach(gd => {
+    (gd._fullLayout.annotations || []).forEach(a => {
+      const p = parse(a.font.color);
+      if (p && a.text && a.visible !== false && ratio(p) < 4.5)
+        bad.push(`${gd.id}: label "${a.text.slice(0, 30)}" at ${ratio(p).toFixed(1)}:1`);
+    });
+    (gd._fullData || []).forEach(t => {
+      const cs = t.colorscale || (t.marker && t.marker.colorscale);
+      if (t.type === 'heatmap' && Array.isArray(cs) && cs.some(([, c]) => { const p = parse(c); return p && lum(p) > 0.8; }))
+        bad.push(`${gd.id}: a heatmap keeps white cells`);
+    });
+  });
+  return bad;
+}
+"""
+
+
+#: Words and numbers of table cells that the browser broke inside themselves: each run of
+#: non-space characters, cut after any hyphen, dash or bar (where a line may break), must lie
+#: on one line.  ``overflow-wrap: anywhere`` on a cell broke "38.7 GB" into "38 .7 G B".
+_TABLE_SPLITS_JS = r"""
+() => {
+  const split = [];
+  document.querySelectorAll('.bd-article table').forEach(t => {
+    t.querySelectorAll('td, th').forEach(cell => {
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        if (n.parentElement.closest('mjx-container, script, style')) continue;
+        const re = /\S+/g;
+        let m;
+        while ((m = re.exec(n.textContent))) {
+          let start = m.index;
+          for (const piece of m[0].split(/(?<=[-|\u2010\u2013\u2014])/)) {
+            const r = document.createRange();
+            r.setStart(n, start);
+            r.setEnd(n, start + piece.length);
+            start += piece.length;
+            const rects = Array.from(r.getClientRects()).filter(x => x.width > 0.5 && x.height > 0.5);
+            if (rects.length < 2) continue;
+            const firstBottom = Math.min(...rects.map(x => x.bottom));
+            if (rects.some(x => x.top >= firstBottom - 1)) split.push(piece);
+          }
+        }
+      }
+    });
+  });
+  return split;
+}
+"""
+
+
+def _table_splits(page, rel: str, width: int) -> list[str]:
+    split = page.evaluate(_TABLE_SPLITS_JS)
+    return [f"{rel} at {width} px: {len(split)} words or numbers break inside a table cell: {split[:5]}"] if split else []
+
+
 #: A chapter page transfers at most this much (everything it loads, uncompressed): 4 MiB.
 MAX_CHAPTER_BYTES = 4 * 1024 * 1024
 
@@ -284,7 +359,8 @@ def _layout_problems(reports, width: int) -> list[str]:
 def test_every_page_at_1400_px(site, browser, capsys):
     """Every page opens with no request leaving the site and no error, renders its math, has no
     script blocking the first paint and no raw MyST markup; a chapter page weighs at most
-    4 MiB; no figure's text collides or is cut; every slider moves its figure from the keyboard."""
+    4 MiB; no figure's text collides or is cut; no word or number breaks inside a table cell;
+    every slider moves its figure from the keyboard."""
     html, _ = site
     base, b = browser
     problems: list[str] = []
@@ -328,6 +404,7 @@ def test_every_page_at_1400_px(site, browser, capsys):
         if page.locator(".search-button-field:visible").count() > 1:
             problems.append(f"{rel}: more than one search field is shown")
         problems += _layout_problems(reports, 1400)
+        problems += _table_splits(page, rel, 1400)
         for k, fig in enumerate(figs):
             figures_seen += 1
             for i, n in enumerate(page.evaluate(
@@ -375,9 +452,11 @@ def _move_slider(page, div_id: str, index: int, n: int, problems: list[str], rel
 
 @pytest.mark.browser
 def test_every_page_at_390_px_in_light_and_dark_mode(site, browser, capsys):
-    """On a phone no page scrolls sideways and no figure's text collides, is cut or reaches
-    into another panel; switched to dark mode, every figure redraws in the theme's colours and
-    neither a figure nor a picture stays on a white card.  In both modes a code listing line
+    """On a phone no page scrolls sideways, no word or number breaks inside a table cell (a
+    wide table scrolls in its own box), and no figure's text collides, is cut or reaches
+    into another panel; switched to dark mode, every figure redraws in the theme's colours,
+    neither a figure nor a picture stays on a white card, every figure label reads at 4.5:1
+    contrast or better and no heatmap keeps white cells.  In both modes a code listing line
     wider than the column scrolls inside the listing, and neither the listing nor its caption
     reaches past the column."""
     html, _ = site
@@ -402,6 +481,7 @@ def test_every_page_at_390_px_in_light_and_dark_mode(site, browser, capsys):
         if metrics["scroll"] > metrics["client"]:
             problems.append(f"{rel}: scrolls sideways at 390 px ({metrics['scroll']} > {metrics['client']})")
         problems += _layout_problems(reports, 390)
+        problems += _table_splits(page, rel, 390)
         if rel in listing_pages:
             listings += check_listings(rel, "light")
         page.evaluate("document.documentElement.dataset.theme = 'dark'")
@@ -411,6 +491,7 @@ def test_every_page_at_390_px_in_light_and_dark_mode(site, browser, capsys):
                 "gd._fullLayout.font.color !== '#24292f')", timeout=10000)
         light = page.evaluate(_LIGHT_CARDS_JS)
         problems += [f"{rel} in dark mode: {x}" for x in light]
+        problems += [f"{rel} in dark mode: {x}" for x in page.evaluate(_DARK_FIGURE_COLOURS_JS)]
         if rel in listing_pages:
             check_listings(rel, "dark")
     ctx.close()

@@ -17,7 +17,9 @@
  *     of one axis that run together, for one panel's labels reaching into another panel, and
  *     for a plot area squeezed below its height);
  *   - colours follow html[data-theme]: transparent backgrounds, text, grid and lines in the
- *     theme's colours, and near-black (or near-white) trace colours lightened (or darkened).
+ *     theme's colours, near-black (or near-white) trace colours lightened (or darkened), text
+ *     (annotations, labels on traces) at 4.5:1 contrast or better, and in dark mode colour
+ *     scales with their lightness mirrored (a heatmap's zero cells are the page, not white).
  *
  * Nothing here is specific to one figure: every figure, present and future, gets it.
  */
@@ -115,6 +117,56 @@
     }
     if (theme === 'light' && lum > 0.92) return rgba([90, 96, 104, p[3]]);
     return c;
+  }
+
+  /** WCAG relative luminance and contrast ratio of two parsed colours. */
+  const lin = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const relLum = p => 0.2126 * lin(p[0]) + 0.7152 * lin(p[1]) + 0.0722 * lin(p[2]);
+  const contrast = (a, b) => { const x = relLum(a), y = relLum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+  const PAGE = {light: [255, 255, 255, 1], dark: [20, 24, 30, 1]};
+
+  /** A text colour that reads on the theme's page at 4.5:1 or better (WCAG AA): `adapt`'s
+   * colour, mixed toward the theme's text colour until it does.  A grey reference label
+   * (#555) would otherwise sit at 2.5:1 on a dark page. */
+  function legible(c, theme) {
+    const a = adapt(c, theme);
+    const p = parseColor(a);
+    if (!p) return a;
+    const bg = PAGE[theme], fg = parseColor(THEMES[theme].font);
+    for (let t = 0; t <= 1.0001; t += 0.1) {
+      const q = [0, 1, 2].map(i => p[i] + (fg[i] - p[i]) * t).concat([p[3]]);
+      if (contrast(q, bg) >= 4.5) return t === 0 ? a : rgba(q);
+    }
+    return THEMES[theme].font;
+  }
+
+  function toHsl([r, g, b]) {
+    r /= 255; g /= 255; b /= 255;
+    const max = Math.max(r, g, b), min = Math.min(r, g, b), l = (max + min) / 2;
+    if (max === min) return [0, 0, l];
+    const d = max - min, s = l > 0.5 ? d / (2 - max - min) : d / (max + min);
+    const h = max === r ? (g - b) / d + (g < b ? 6 : 0) : max === g ? (b - r) / d + 2 : (r - g) / d + 4;
+    return [h / 6, s, l];
+  }
+  function fromHsl([h, s, l]) {
+    if (s === 0) return [l * 255, l * 255, l * 255];
+    const q = l < 0.5 ? l * (1 + s) : l + s - l * s, p = 2 * l - q;
+    const f = t => { t = (t + 1) % 1; return t < 1 / 6 ? p + (q - p) * 6 * t : t < 1 / 2 ? q : t < 2 / 3 ? p + (q - p) * (2 / 3 - t) * 6 : p; };
+    return [f(h + 1 / 3) * 255, f(h) * 255, f(h - 1 / 3) * 255];
+  }
+
+  /** A colour scale for the theme.  In dark mode each stop keeps its hue and saturation and
+   * mirrors its lightness, so the scale's white end (a heatmap's zero cells) becomes the dark
+   * page and its dark end turns light: values still read from faint to strong. */
+  function themedScale(scale, theme) {
+    if (theme !== 'dark' || !Array.isArray(scale)) return scale;
+    const bgL = toHsl(PAGE.dark)[2];
+    return scale.map(([v, c]) => {
+      const p = parseColor(c);
+      if (!p) return [v, c];
+      const [h, s, l] = toHsl(p);
+      return [v, rgba(fromHsl([h, s, bgL + (1 - l) * (0.9 - bgL)]).concat([p[3]]))];
+    });
   }
 
   /** Whether axis `id` shows categories (its type, or plotly's guess from string data). */
@@ -319,7 +371,7 @@
     }
     (L.annotations || []).forEach(a => {
       a.font = Object.assign({}, a.font);
-      a.font.color = a.font.color ? adapt(a.font.color, fig.theme) : theme.font;
+      a.font.color = a.font.color ? legible(a.font.color, fig.theme) : theme.font;
       if (narrow && a.font.size) a.font.size = Math.max(10, Math.round(a.font.size * 0.85));
       if (a.bgcolor) a.bgcolor = adapt(a.bgcolor, fig.theme, true);
       if (a.arrowcolor) a.arrowcolor = adapt(a.arrowcolor, fig.theme);
@@ -329,7 +381,14 @@
     });
     data.forEach(t => {
       for (const part of ['line', 'marker', 'textfont', 'insidetextfont', 'outsidetextfont']) {
-        if (t[part] && typeof t[part].color === 'string') t[part] = Object.assign({}, t[part], {color: adapt(t[part].color, fig.theme)});
+        const text = part.endsWith('textfont');
+        if (t[part] && typeof t[part].color === 'string') {
+          t[part] = Object.assign({}, t[part], {color: (text ? legible : adapt)(t[part].color, fig.theme)});
+        }
+      }
+      if (Array.isArray(t.colorscale)) t.colorscale = themedScale(t.colorscale, fig.theme);
+      if (t.marker && Array.isArray(t.marker.colorscale)) {
+        t.marker = Object.assign({}, t.marker, {colorscale: themedScale(t.marker.colorscale, fig.theme)});
       }
       if (t.marker && t.marker.line && typeof t.marker.line.color === 'string') {
         t.marker = Object.assign({}, t.marker, {line: Object.assign({}, t.marker.line, {color: adapt(t.marker.line.color, fig.theme)})});
