@@ -700,8 +700,12 @@ def _layer_forward(fn, x):
 
 _x = st.one_of(bad_tensor((2, 5, _E)), st.just(torch.zeros(0, 5, _E)),
                st.just(torch.zeros(2, 5, _E + 1)))
-for _name in ("deltanet.DeltaNet", "deltanet.GatedDeltaNet", "deltanet.KDA", "linear_attention.LinearAttention"):
-    case(f"layers.{_name}", lambda: {"x": randn(2, 5, _E)}, _layer_forward, x=_x)
+case("layers.linear_attention.LinearAttention", lambda: {"x": randn(2, 5, _E)}, _layer_forward, x=_x)
+# the delta layers run inside a decode step: shapes and dtypes only, no value scan (NaN in, NaN out)
+_x_shapes = st.one_of(bad_tensor((2, 5, _E), finite=False), st.just(torch.zeros(0, 5, _E)),
+                      st.just(torch.zeros(2, 5, _E + 1)))
+for _name in ("deltanet.DeltaNet", "deltanet.GatedDeltaNet", "deltanet.KDA"):
+    case(f"layers.{_name}", lambda: {"x": randn(2, 5, _E)}, _layer_forward, x=_x_shapes)
 for _name in ("deltanet.DeltaNet", "deltanet.GatedDeltaNet", "deltanet.KDA"):
     case(f"layers.{_name}", {}, _layer_ctor, n_head=bad_pos_int(optional=True),
          head_dim=bad_pos_int(optional=True),
@@ -1171,3 +1175,93 @@ def test_zz_counts_table(capsys):
         lines += [f"  [{k}] x{n}: {ex[:200]}" for (_, _, k), (n, ex) in sorted(FAILURES.items())]
     with capsys.disabled():
         print("\n".join(lines))
+
+
+# ===================================================================== linear / delta front doors
+# (the ops' doors, ``checks.checked``; the delta layers' decode path)
+
+SKIPPED["layers.deltanet.DeltaLayer"] = ("the base class DeltaNet, GatedDeltaNet and KDA share; "
+                                         "their cases cover its constructor and forward")
+SKIPPED["layers.deltanet.mamba2_dt_bias"] = "an initialiser over a layer's checked sizes"
+
+
+def test_linear_decode_step_inplace_must_be_a_bool():
+    """inplace='no' is a truthy string: it must be refused, not update the caller's state."""
+    from gpt2k3.ops import linear
+
+    kw = _lin_step()
+    S, z = torch.zeros(B, H, D, D), torch.zeros(B, H, D)
+    for bad in ("no", "False", 0, 1, None):
+        with pytest.raises(ValueError, match="inplace must be True or False"):
+            linear.decode_step(**kw, initial_state=(S, z), inplace=bad)
+    assert not S.any() and not z.any()  # the caller's state untouched
+    linear.decode_step(**kw, initial_state=(S, z), inplace=False)
+    assert not S.any() and not z.any()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 0.0, -1e-6, "1e-6", True])
+def test_linear_ops_refuse_a_bad_eps(bad):
+    from gpt2k3.ops import linear
+
+    q, k, v = (randn(B, H, T, D, seed=s).exp() for s in (1, 2, 3))
+    for fn in (linear.parallel, linear.recurrent, linear.chunkwise):
+        with pytest.raises(ValueError, match="eps"):
+            fn(q, k, v, eps=bad)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "64", math.nan, None])
+def test_delta_ops_refuse_a_bad_chunk_size(bad):
+    from gpt2k3.ops import delta, gated_delta
+
+    q, k = (torch.nn.functional.normalize(randn(B, H, T, D, seed=s), dim=-1) for s in (1, 2))
+    v, beta, g = randn(B, H, T, D, seed=3), torch.full((B, H, T), 0.5), torch.full((B, H, T), -0.1)
+    with pytest.raises(ValueError, match="chunk_size"):
+        delta.chunkwise(q, k, v, beta, chunk_size=bad)
+    with pytest.raises(ValueError, match="chunk_size"):
+        gated_delta.chunkwise(q, k, v, beta, g, chunk_size=bad)
+
+
+def test_delta_ops_refuse_mixed_qkv_dtypes_and_odd_shapes():
+    from gpt2k3.ops import delta, gated_delta
+
+    q, k = (torch.nn.functional.normalize(randn(B, H, T, D, seed=s), dim=-1) for s in (1, 2))
+    v, beta = randn(B, H, T, D, seed=3), torch.full((B, H, T), 0.5)
+    with pytest.raises(ValueError, match="q, k, v must share one dtype"):
+        delta.recurrent(q, k, v.double(), beta)
+    with pytest.raises(ValueError, match="beta must have shape"):
+        delta.chunkwise(q, k, v, beta[..., :-1])
+    with pytest.raises(ValueError, match="g must have shape"):
+        gated_delta.chunkwise(q, k, v, beta, torch.zeros(B, H, T, D + 1))
+    with pytest.raises(ValueError, match="initial_state must have shape"):
+        delta.chunkwise(q, k, v, beta, initial_state=torch.zeros(B, H, D, D + 1))
+    for bad in (math.nan, math.inf):  # a non-finite value at an op's door: a clear error
+        with pytest.raises(ValueError, match="must be finite"):
+            delta.chunkwise(q, k, torch.full_like(v, bad), beta)
+    with pytest.raises(ValueError, match=r"g must be <= 0"):
+        gated_delta.chunkwise(q, k, v, beta, torch.full((B, H, T), math.nan))
+
+
+@pytest.mark.parametrize("T0", [0])
+def test_zero_tokens_through_the_ops_and_layers(T0):
+    """T = 0: empty outputs and the state unchanged, from every form and every layer."""
+    from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
+    from gpt2k3.layers.linear_attention import LinearAttention
+    from gpt2k3.ops import delta, gated_delta, linear
+
+    q = k = torch.zeros(B, H, T0, D)
+    v, beta, g = torch.zeros(B, H, T0, D), torch.zeros(B, H, T0), torch.zeros(B, H, T0, D)
+    S0 = torch.randn(B, H, D, D)
+    for fn in (delta.recurrent, delta.chunkwise, delta.chunkwise_reference):
+        o, S = fn(q, k, v, beta, initial_state=S0)
+        assert o.shape == (B, H, 0, D) and torch.equal(S, S0)
+    for fn in (gated_delta.recurrent, gated_delta.chunkwise):
+        o, S = fn(q, k, v, beta, g, initial_state=S0)
+        assert o.shape == (B, H, 0, D) and torch.equal(S, S0)
+    o, (S, z) = linear.chunkwise(q, k, v)
+    assert o.shape == (B, H, 0, D) and not S.any() and not z.any()
+    for cls in (DeltaNet, GatedDeltaNet, KDA):
+        layer = cls(_cfg())
+        assert layer(torch.zeros(2, 0, _E)).shape == (2, 0, _E)
+    lin = LinearAttention(_cfg())
+    out = lin(torch.zeros(2, 0, _E))
+    assert out.shape == (2, 0, _E)

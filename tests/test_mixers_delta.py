@@ -533,12 +533,13 @@ def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
     def broken(*args, **kwargs):
         raise AssertionError("the reference form must not call the chunked core")
 
-    for name in ("chunked", "unit_lower_inverse", "channel_decays", "_intra_chunk", "_pass_state"):
+    for name in ("chunked", "unit_lower_inverse", "channel_decays", "chunk_decays", "intra_chunk",
+                 "intra_chunk_gated", "pass_state"):
         monkeypatch.setattr(_chunked, name, broken)
     after = delta.recurrent(q, k, v, beta)
     assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
     reference = delta.chunkwise_reference(q, k, v, beta, chunk_size=4)  # nor does the chunked reference
     assert_close(reference[0], before[0]) and assert_close(reference[1], before[1])
     with pytest.raises(AssertionError, match="must not call"):
-        monkeypatch.setattr(delta, "chunked", broken)
+        monkeypatch.setattr(delta, "intra_chunk", broken)
         delta.chunkwise(q, k, v, beta)

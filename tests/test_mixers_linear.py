@@ -266,7 +266,7 @@ def _all_forms(q, k, v, **kw):
         ("not_tensor", r"q must be a torch.Tensor"),
         ("eps", r"eps must be a finite float > 0"),
         ("int_dtype", r"v must have a floating-point dtype"),
-        ("normalize", r"normalize must be a bool"),
+        ("normalize", r"normalize must be True or False"),
     ],
 )
 def test_bad_input_raises(case, match):

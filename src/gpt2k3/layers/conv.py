@@ -37,6 +37,8 @@ class ShortConv(nn.Module):
         elif tuple(state.shape) != (B, C, K - 1):
             raise ValueError(f"conv state must have shape (B, C, kernel_size - 1) = "
                              f"({B}, {C}, {K - 1}); got {tuple(state.shape)}")
+        if T == 0:  # no new input: no output, the same tail
+            return x, state
         full = torch.cat([state.to(xt.dtype), xt], dim=-1)  # (B, C, K - 1 + T)
         y = F.conv1d(full, self.weight.to(xt.dtype), groups=C)  # (B, C, T)
         return F.silu(y).transpose(1, 2), full[..., full.shape[-1] - (K - 1):]

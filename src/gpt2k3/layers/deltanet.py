@@ -4,7 +4,8 @@ Each layer replaces GPT-2's softmax attention in :class:`gpt2k3.model.Block`::
 
     model = GPT(config, mixer=lambda c, i: KDA(c))
 
-and runs the ops' fast core :func:`gpt2k3.ops.gated_delta.chunked` (no decay for DeltaNet).
+and runs the body of the ops' fast form, :func:`gpt2k3.ops.gated_delta.chunkwise`
+(:func:`gpt2k3.ops.delta.chunkwise` for DeltaNet), past its door's value checks.
 Around the mixer they share one recipe (that of the papers and of flash-linear-attention's
 layers, Yang & Zhang, 2024):
 
@@ -50,16 +51,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt2k3 import checks as _v
 from gpt2k3.archs import K3_GATE_LOWER_BOUND
 from gpt2k3.cache import StateCache
-from gpt2k3.checks import check_finite_number, check_int, log_decay_inputs
+from gpt2k3.checks import (check_finite_number, check_gdn_gate, check_int, check_kda_gate,
+                           check_layer_input, check_positive_float, checked)
 from gpt2k3.config import GPTConfig
 from gpt2k3.layers.conv import ShortConv
 from gpt2k3.layers.norms import GatedRMSNorm
-from gpt2k3.ops.gated_delta import chunked
+from gpt2k3.ops import delta, gated_delta
 
-__all__ = ["DeltaState", "DeltaNet", "GatedDeltaNet", "KDA", "gdn_log_decay", "kda_log_decay",
+__all__ = ["DeltaState", "DeltaLayer", "DeltaNet", "GatedDeltaNet", "KDA", "gdn_log_decay", "kda_log_decay",
            "bounded_log_decay", "BoundedKDA"]
 
 
@@ -74,16 +75,19 @@ class DeltaState(NamedTuple):
     conv: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 
+@checked(check_gdn_gate)
 def gdn_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
     """Gated DeltaNet's log decay, one per head (Mamba2's): ``-exp(A_log) * softplus(x + dt_bias)``.
 
     ``x = x W_a`` is ``(B, T, H)``, ``A_log`` and ``dt_bias`` one number per head ``(H,)``. The
     result, in float32 or wider, is ``<= 0``: a decay ``alpha = exp(g)`` in ``(0, 1]``, no floor.
     """
-    x, A_log, dt_bias = log_decay_inputs(x, A_log, dt_bias, per_channel=False)
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    x, A_log, dt_bias = (t.to(dtype) for t in (x, A_log, dt_bias))
     return -A_log.exp() * F.softplus(x + dt_bias)
 
 
+@checked(check_kda_gate)
 def kda_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
     """Kimi Linear's log decay, one per key channel: ``-exp(A_log) * softplus(x + dt_bias)``.
 
@@ -91,10 +95,12 @@ def kda_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -
     head ``(H,)``, ``dt_bias`` one per channel ``(H * Dk,)``. The result, in float32 or wider,
     is ``<= 0`` with no floor: fla-core's ``naive_kda_gate`` (``fla/ops/kda/gate.py``).
     """
-    x, A_log, dt_bias = log_decay_inputs(x, A_log, dt_bias)
-    return -A_log.exp()[:, None] * F.softplus(x + dt_bias)
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    x, A_log, dt_bias = (t.to(dtype) for t in (x, A_log, dt_bias))
+    return -A_log.exp()[:, None] * F.softplus(x + dt_bias.view(x.shape[2:]))  # (H, Dk) per channel
 
 
+@checked(check_kda_gate)
 def bounded_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                       lower_bound: float = K3_GATE_LOWER_BOUND) -> torch.Tensor:
     """K3's per-channel log decay ``lower_bound * sigmoid(exp(A_log) * (x + dt_bias))``.
@@ -105,11 +111,21 @@ def bounded_log_decay(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tenso
     which has no floor. fla-core 0.6.0's ``naive_kda_lowerbound_gate`` (``fla/ops/kda/gate.py``),
     config field ``linear_attn_config.gate_lower_bound``.
     """
-    x, A_log, dt_bias = log_decay_inputs(x, A_log, dt_bias, lower_bound)
-    return lower_bound * torch.sigmoid(A_log.exp()[:, None] * (x + dt_bias))
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    x, A_log, dt_bias = (t.to(dtype) for t in (x, A_log, dt_bias))
+    return lower_bound * torch.sigmoid(A_log.exp()[:, None] * (x + dt_bias.view(x.shape[2:])))
 
 
-class _DeltaLayer(nn.Module):
+def mamba2_dt_bias(n: int) -> torch.Tensor:
+    """Mamba2's step-size bias: ``softplus^-1(dt)`` with ``dt`` log-uniform in ``[0.001, 0.1]``
+    (floored at ``1e-4``), ``n`` of them. Gated DeltaNet draws one per head; KDA one per key
+    channel, as flash-linear-attention's layer does from 0.5.0 on (0.4.2 and earlier: zeros)."""
+    dt = torch.exp(torch.rand(n) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+    dt = dt.clamp_min(1e-4)
+    return dt + torch.log(-torch.expm1(-dt))  # softplus^-1(dt)
+
+
+class DeltaLayer(nn.Module):
     """What DeltaNet, Gated DeltaNet and KDA share; subclasses add a gate and an output gate."""
 
     #: activation of the output gate (None: no output gate)
@@ -128,7 +144,7 @@ class _DeltaLayer(nn.Module):
             raise ValueError(f"expand_v must be a positive number with head_dim * expand_v an "
                              f"integer (head_dim = {Dk}), got {expand_v!r}")
         check_int(conv_size, "conv_size", 0)
-        _v.check_positive_float(norm_eps, "norm_eps")
+        check_positive_float(norm_eps, "norm_eps")
         self.chunk_size = check_int(chunk_size, "chunk_size", 1)
         self.n_embd, self.n_head, self.head_k_dim = config.n_embd, H, Dk
         self.head_v_dim = int(Dk * expand_v)
@@ -188,8 +204,8 @@ class _DeltaLayer(nn.Module):
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
         """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with its cache (:meth:`new_cache`),
         continue from the cached state and store the new one."""
-        _v.check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
-                             shape=f"(B, T, n_embd={self.n_embd})")
+        check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
+                          shape=f"(B, T, n_embd={self.n_embd})", finite=False)
         if cache is not None and not isinstance(cache, StateCache):
             raise ValueError(f"cache must be a StateCache (from new_cache), got "
                              f"{type(cache).__name__} -- a KVCache is for softmax attention")
@@ -197,19 +213,21 @@ class _DeltaLayer(nn.Module):
         if prev is not None and not isinstance(prev, DeltaState):
             raise ValueError(f"the cached state must be a DeltaState, got {type(prev).__name__}")
         B, T, _ = x.shape
+        if T == 0:  # nothing to mix, nothing to remember
+            return x.new_zeros(B, 0, self.n_embd)
         q, k, v, conv = self.qkv(x, prev.conv if prev is not None else None)
-        dtype = torch.promote_types(q.dtype, torch.float32)  # the ops' compute dtype
-        S = prev.S if prev is not None else q.new_zeros(
-            B, self.n_head, self.head_k_dim, self.head_v_dim, dtype=dtype)
-        # valid by construction (unit keys, beta in (0, 1), g <= 0): the ops' fast core, which
-        # checks nothing, so a decode step never waits on the device
-        o, S = chunked(q.to(dtype), k.to(dtype), v.to(dtype), self.beta(x).to(dtype),
-                       self.log_alpha(x), S, self.chunk_size)
-        o = o.to(q.dtype)
+        S, beta, g = None if prev is None else prev.S, self.beta(x), self.log_alpha(x)
+        # valid by construction (unit keys, beta in (0, 1), g <= 0, shapes the layer's own): the
+        # ops' bodies, past their doors' value scans, so a decode step never waits on the device
+        if g is None:
+            o, S = delta.chunkwise.__wrapped__(q, k, v, beta, initial_state=S, chunk_size=self.chunk_size)
+        else:
+            o, S = gated_delta.chunkwise.__wrapped__(q, k, v, beta, g, initial_state=S,
+                                                     chunk_size=self.chunk_size)
         if cache is not None:
             cache.extend(DeltaState(S, conv), T)
-        g = self._output_gate(x)
-        o = self.o_norm(o.transpose(1, 2), None if g is None else g.view(B, T, self.n_head, -1))
+        out_gate = self._output_gate(x)
+        o = self.o_norm(o.transpose(1, 2), None if out_gate is None else out_gate.view(B, T, self.n_head, -1))
         return self.o_proj(o.reshape(B, T, self.value_dim))
 
     def state_numbers(self, batch: int = 1) -> int:
@@ -218,7 +236,10 @@ class _DeltaLayer(nn.Module):
         return batch * (self.n_head * self.head_k_dim * self.head_v_dim + conv)
 
 
-class DeltaNet(_DeltaLayer):
+_DeltaLayer = DeltaLayer  # the earlier, private name, kept so old imports work
+
+
+class DeltaNet(DeltaLayer):
     """DeltaNet (Schlag et al., 2021; Yang et al., 2024): the delta rule, no forget gate.
 
     Output: per-head RMSNorm, no output gate (flash-linear-attention's default).
@@ -227,7 +248,7 @@ class DeltaNet(_DeltaLayer):
     """
 
 
-class GatedDeltaNet(_DeltaLayer):
+class GatedDeltaNet(DeltaLayer):
     """Gated DeltaNet (Yang, Kautz & Hatamizadeh, 2025): one Mamba2-style decay per head and token.
 
     ``log alpha_t = -exp(A_log) * softplus(x_t W_a + dt_bias)``, shape ``(B, H, T)``. At
@@ -244,9 +265,7 @@ class GatedDeltaNet(_DeltaLayer):
         self.a_proj = nn.Linear(self.n_embd, H, bias=False)
         A = torch.empty(H).uniform_(0, 16).clamp_min(1e-4)  # clamp: log(0) would be -inf
         self.A_log = nn.Parameter(A.log())
-        dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
-        dt = dt.clamp_min(1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+        self.dt_bias = nn.Parameter(mamba2_dt_bias(H))  # one step size per head
         self.g_proj = nn.Linear(self.n_embd, self.value_dim, bias=False)
 
     def log_alpha(self, x: torch.Tensor) -> torch.Tensor:
@@ -257,13 +276,14 @@ class GatedDeltaNet(_DeltaLayer):
         return self.g_proj(x)
 
 
-class KDA(_DeltaLayer):
+class KDA(DeltaLayer):
     """Kimi Delta Attention (Kimi Team, 2025): a decay per key channel from a low-rank projection.
 
     ``log alpha_t = -exp(A_log[h]) * softplus(x_t W_f^down W_f^up + dt_bias)``, shape
     ``(B, H, T, Dk)``: row ``i`` of each head's state fades at its own rate. ``W_f^down`` maps
     ``n_embd -> Dv`` and ``W_f^up`` maps ``Dv -> H Dk``. At initialisation ``A ~ U(1, 16)`` and
-    ``dt_bias = 0``. Output gate ``sigmoid(x W_g^down W_g^up)``, also low rank. Keyword
+    ``softplus(dt_bias)`` log-uniform in ``[0.001, 0.1]`` per channel (:func:`mamba2_dt_bias`,
+    flash-linear-attention's ``KimiDeltaAttention`` from 0.5.0 on, read at 0.5.0 and 0.5.2). Output gate ``sigmoid(x W_g^down W_g^up)``, also low rank. Keyword
     arguments as in :class:`DeltaNet`.
 
     flash-linear-attention's layer gives the output gate's up-projection a bias; the released
@@ -278,7 +298,7 @@ class KDA(_DeltaLayer):
         d, H, r = self.n_embd, self.n_head, self.head_v_dim
         self.f_proj = nn.Sequential(nn.Linear(d, r, bias=False), nn.Linear(r, self.key_dim, bias=False))
         self.A_log = nn.Parameter(torch.empty(H).uniform_(1, 16).log())
-        self.dt_bias = nn.Parameter(torch.zeros(self.key_dim))
+        self.dt_bias = nn.Parameter(mamba2_dt_bias(self.key_dim))  # one per key channel
         self.g_proj = nn.Sequential(nn.Linear(d, r, bias=False), nn.Linear(r, self.value_dim, bias=False))
 
     def log_alpha(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,29 +1,30 @@
-r"""The fast chunked core shared by DeltaNet and Gated DeltaNet / KDA.
+r"""The steps of the fast chunked delta rule, shared by DeltaNet, Gated DeltaNet and KDA.
 
-Its entry, :func:`chunked`, is public as :func:`gpt2k3.ops.gated_delta.chunked`; the rest of
-this module are its pieces.
+A chunked form (:func:`gpt2k3.ops.delta.chunkwise`, :func:`gpt2k3.ops.gated_delta.chunkwise`)
+is a short loop over groups of chunks (:func:`chunk_spans`, which budgets memory) that calls
+two steps, each listed in the book:
 
-DeltaNet is the gated delta rule with no decay (``log_alpha = 0``), so one chunked algorithm
-serves :func:`gpt2k3.ops.delta.chunkwise` (called with ``log_alpha=None``) and
-:func:`gpt2k3.ops.gated_delta.chunkwise`. The algebra is in :mod:`gpt2k3.ops.delta`
-(the WY representation and the UT transform) and :mod:`gpt2k3.ops.gated_delta` (how the
-decays are threaded through it); the reference forms, ``recurrent`` in those modules, are
-separate token loops that share nothing with this file, so the tests that hold the two forms
-equal check this code against an independent definition.
+1. :func:`intra_chunk` (:func:`intra_chunk_gated` with a forget gate) -- the UT/WY step: for
+   every chunk of the group at once, the scores, the UT transform by a blockwise inverse
+   (:func:`unit_lower_inverse`) and the WY factors, none of which depend on the state;
+2. :func:`pass_state` -- the only sequential part: carry the state across the group's chunks,
+   one pair of small matrix products per chunk;
 
-Everything here takes inputs that the front doors (``chunkwise`` in those modules, or a layer
-that builds valid inputs itself) have already validated and cast to the compute dtype. The per-token log decay is called ``log_alpha`` throughout this module
-(the public functions call it ``g``); inside a chunk ``g`` is its chunk-local cumulative sum.
+then the outputs of every chunk in one batch, ``O = Q S_in + P u``. The reference forms,
+``recurrent`` in those modules, are separate token loops that share nothing with this file,
+so the tests that hold the forms equal check this code against an independent definition.
+
+Everything here takes inputs its caller has checked and cast. The per-token log decay is ``g``
+(the public functions' name); inside a chunk ``G`` is its chunk-local cumulative sum.
 """
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chunked", "channel_decays", "unit_lower_inverse", "BLOCK_ELEMENTS"]
+__all__ = ["intra_chunk", "intra_chunk_gated", "chunk_decays", "channel_decays", "pass_state",
+           "unit_lower_inverse", "chunk_spans", "as_chunks", "chunked", "BLOCK_ELEMENTS"]
 
 #: In the chunked core, log-decays are clamped to at least this (``exp`` of it is exactly 0 in
 #: float32 and float64), so that ``log_alpha = -inf`` (a full reset) never meets ``-inf - -inf``.
@@ -39,23 +40,12 @@ def _pairwise_decay(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     positions are set to ``-inf`` *before* exponentiating: no ``exp`` of a positive number is
     ever taken. The differences are formed in ``g``'s (high) precision, then rounded to ``dtype``.
     Used for one decay per head (``G = 1``); per-channel decays go through
-    :func:`_channel_decayed_scores`, which never forms this ``C x C x Dk`` tensor.
+    :func:`channel_decays`, which never forms this ``C x C x Dk`` tensor.
     """
     C = g.shape[-2]
     diff = (g.unsqueeze(-2) - g.unsqueeze(-3)).to(dtype)  # [i, j] = g_i - g_j
     above = torch.ones(C, C, dtype=torch.bool, device=g.device).triu(1)
     return diff.masked_fill(above.unsqueeze(-1), float("-inf")).exp()
-
-
-def _decayed_scores(x: torch.Tensor, y: torch.Tensor, decay: torch.Tensor | None) -> torch.Tensor:
-    r"""Scores ``M[i, j] = (x_i . y_j) decay[i, j]`` for no decay or one decay per head.
-
-    Callers apply the causal mask (``tril``) they need. With one decay per head (``G = 1``) the
-    factor comes out of the dot product.
-    """
-    if decay is None:
-        return x @ y.transpose(-1, -2)
-    return (x @ y.transpose(-1, -2)) * decay.squeeze(-1)
 
 
 def channel_decays(q: torch.Tensor, k: torch.Tensor, log_alpha: torch.Tensor):
@@ -140,8 +130,8 @@ def _gate_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float32 if t.device.type == "mps" else torch.float64
 
 
-def unit_lower_inverse(A: torch.Tensor, base: int = 16) -> torch.Tensor:
-    r"""``(I + L)^{-1}`` where ``L`` is the strictly lower triangle of ``A`` (the rest is ignored).
+def unit_lower_inverse(L: torch.Tensor, base: int = 16) -> torch.Tensor:
+    r"""``(I + L)^{-1}`` for a strictly lower-triangular ``L`` (``(..., C, C)``; the caller masks it).
 
     Block recursion on ``[[L11, 0], [L21, L22]]``: the inverse is
     ``[[X11, 0], [-X22 L21 X11, X22]]`` with ``X11``, ``X22`` the inverses of the diagonal blocks,
@@ -149,154 +139,133 @@ def unit_lower_inverse(A: torch.Tensor, base: int = 16) -> torch.Tensor:
     then batched matrix products, several times faster on a CPU than a triangular solve with
     many right-hand sides, and the result is the UT-transform matrix the chapter shows.
     """
-    C = A.shape[-1]
+    C = L.shape[-1]
     if C <= base:
-        eye = torch.eye(C, dtype=A.dtype, device=A.device).expand(A.shape)
-        return torch.linalg.solve_triangular(A, eye, upper=False, unitriangular=True)
+        eye = torch.eye(C, dtype=L.dtype, device=L.device).expand(L.shape)
+        return torch.linalg.solve_triangular(L + eye, eye, upper=False, unitriangular=True)
     h = C // 2
-    X11 = unit_lower_inverse(A[..., :h, :h], base)
-    X22 = unit_lower_inverse(A[..., h:, h:], base)
-    X = A.new_zeros(A.shape)
+    X11 = unit_lower_inverse(L[..., :h, :h], base)
+    X22 = unit_lower_inverse(L[..., h:, h:], base)
+    X = L.new_zeros(L.shape)
     X[..., :h, :h] = X11
     X[..., h:, h:] = X22
-    X[..., h:, :h] = -(X22 @ (A[..., h:, :h] @ X11))
+    X[..., h:, :h] = -(X22 @ (L[..., h:, :h] @ X11))
     return X
 
 
-def _intra_chunk(q, k, v, beta, log_alpha):
-    r"""Everything about a group of chunks that does not depend on the state entering them.
+def intra_chunk(Q, K, V, beta):
+    r"""Step 1, the UT/WY step: all that a chunk computes before it knows its incoming state.
 
-    Inputs are laid out ``(BH, N, C, D)`` (batch x head, chunk, token in chunk, channel), ``beta``
-    is ``(BH, N, C)`` and ``log_alpha`` None or ``(BH, N, C, G)``. With chunk-local cumulative
-    log-decays ``g_i = sum_{s<=i} log_alpha_s`` (so ``exp(g_i)`` is the decay from the chunk's start
-    to token ``i``, and ``g = 0`` without gates), unrolling the recurrence inside a chunk gives
-
-    * ``u_i = beta_i (v_i - (k_i * exp(g_i)) S - sum_{j<i} A_ij u_j)`` with
-      ``A_ij = sum_d k_i[d] k_j[d] exp(g_i[d] - g_j[d])``: a unit lower-triangular system,
-      ``(I + diag(beta) A) [W | U] = diag(beta) [K * exp(g) | V]``. Its solution is
-      ``[W | U] = T_ut [K * exp(g) | V]`` with the UT-transform matrix
-      ``T_ut = (I + tril(diag(beta) A, -1))^{-1} diag(beta)``; ``W`` and ``U`` are the WY factors,
-      and ``u = U - W S`` for whatever ``S`` enters the chunk;
-    * ``o_i = (q_i * exp(g_i)) S + sum_{j<=i} P_ij u_j`` with ``P_ij`` as ``A_ij`` but with ``q_i``;
-    * ``S <- Diag(exp(g_C)) S + sum_j (k_j * exp(g_C - g_j))^T u_j``.
-
-    Returns ``(W, U, q_dec, P, k_tail, chunk_decay)``: ``q_dec = Q * exp(g)``,
-    ``k_tail = K * exp(g_C - g)`` and ``chunk_decay = exp(g_C)`` of shape ``(BH, N, G, 1)``
-    (``q_dec = Q``, ``k_tail = K`` and ``chunk_decay = None`` without gates). Every decay factor
-    is at most 1 (see ``_pairwise_decay`` for one decay per head and ``channel_decays`` for one
-    per channel, which never forms the ``C x C x Dk`` pairwise factors), so nothing overflows
-    however strong the decay.
+    ``Q, K, V`` are ``(..., C, D)`` chunks (any batch of them at once), ``beta`` ``(..., C)``.
+    Unrolling the delta rule inside a chunk gives the unit lower-triangular system
+    ``(I + tril(diag(beta) K K^T, -1)) U_new = diag(beta) (V - K S)``; its inverse times
+    ``diag(beta)`` is the UT transform ``T``, and ``W = T K``, ``U = T V`` are the WY factors,
+    so that ``U_new = U - W S`` for whatever ``S`` enters the chunk. Returns ``(W, U, P)``,
+    ``P = tril(Q K^T)`` the causal scores inside the chunk.
     """
-    if log_alpha is not None and log_alpha.shape[-1] > 1:  # KDA: a decay per key channel
-        A, P, to_start, to_end = channel_decays(q, k, log_alpha.to(q.dtype))
-    else:  # no decay, or one per head: it leaves the dot products
-        decay = None
-        if log_alpha is not None:
-            g = log_alpha.to(_gate_dtype(q)).clamp_min(_LOG_ALPHA_FLOOR).cumsum(-2)  # (..., C, 1)
-            decay = _pairwise_decay(g, q.dtype)
-            to_start = g.exp().to(q.dtype)  # decay from the chunk's start to token i
-            to_end = (g[..., -1:, :] - g).exp().to(q.dtype)  # from token j to the chunk's end
-        A = _decayed_scores(k, k, decay)
-        P = _decayed_scores(q, k, decay).tril_()
-    if log_alpha is None:
-        chunk_decay = None
-        q_dec, k_dec, k_tail = q, k, k
-    else:
-        q_dec, k_dec, k_tail = q * to_start, k * to_start, k * to_end
-        chunk_decay = to_start[..., -1, :].unsqueeze(-1)  # (..., G, 1): decay over the chunk
-
-    # The UT transform: T_ut = (I + tril(diag(beta) A, -1))^{-1} diag(beta). Only the strictly
-    # lower triangle is read, so no mask; diag(beta) on the right scales the columns.
-    T_ut = unit_lower_inverse(beta.unsqueeze(-1) * A)
-    T_ut = T_ut * beta.unsqueeze(-2)
-    W, U = T_ut @ k_dec, T_ut @ v
-    return W, U, q_dec, P, k_tail, chunk_decay
+    L = (beta.unsqueeze(-1) * (K @ K.transpose(-1, -2))).tril(-1)  # below the unit diagonal
+    T = unit_lower_inverse(L) * beta.unsqueeze(-2)  # (I + L)^-1 diag(beta)
+    P = (Q @ K.transpose(-1, -2)).tril()  # token i reads the corrections of tokens j <= i
+    return T @ K, T @ V, P
 
 
-def _pass_state(W, U, k_tail, chunk_decay, S):
-    """The only sequential part: carry the state across the ``N`` chunks of a group.
+def intra_chunk_gated(Q, K, V, beta, g):
+    r"""Step 1 with a forget gate: :func:`intra_chunk` with every pair's decay in the scores.
 
-    ``W``, ``U``, ``k_tail`` are ``(BH, N, C, .)``, ``S`` is ``(BH, Dk, Dv)``. Per chunk, two
-    batched matrix products (``baddbmm``): ``u = U - W S`` and ``S <- S + K_tail^T u`` (the state
-    decayed first under a gate). Returns the corrections ``u`` written in every chunk
-    ``(BH, N, C, Dv)``, the states entering every chunk ``(BH, N, Dk, Dv)``, and the state after
-    the group.
+    ``g`` is the per-token log decay, ``(..., C, 1)`` (one per head) or ``(..., C, Dk)`` (one
+    per key channel). Token ``j``'s write has decayed by ``exp(g_i - g_j)`` by token ``i`` (``g``
+    summed over the chunk here), which :func:`chunk_decays` folds into the scores. The state
+    entering the chunk reaches token ``i`` decayed by ``exp(g_i)`` (``Q`` and ``K`` pick that up),
+    and a write reaches the chunk's end decayed by ``exp(g_C - g_j)``. Returns
+    ``(W, U, P, Q_in, K_out, decay)``: the WY factors, the scores, the decayed queries and keys,
+    and the decay over the whole chunk, ``(..., G, 1)``.
     """
-    corrections, starts = [], []
-    k_tail_T = k_tail.transpose(-1, -2)
+    A, P, to_start, to_end = chunk_decays(Q, K, g)  # scores with the decays in them
+    L = (beta.unsqueeze(-1) * A).tril(-1)
+    T = unit_lower_inverse(L) * beta.unsqueeze(-2)
+    W, U = T @ (K * to_start), T @ V
+    return W, U, P, Q * to_start, K * to_end, to_start[..., -1, :].unsqueeze(-1)
+
+
+def chunk_decays(Q, K, g):
+    r"""Decayed scores of a batch of chunks: ``(A, P, to_start, to_end)``.
+
+    ``A[i, j] = sum_d K_i[d] K_j[d] exp(G_i[d] - G_j[d])`` (``j < i``), ``P`` the same with
+    ``Q_i`` (``j <= i``), ``to_start = exp(G)`` and ``to_end = exp(G_C - G)``, with ``G`` the
+    chunk-local cumulative sum of ``g``. One decay per head leaves the dot products (pairwise
+    factors, formed in float64 and masked before ``exp``); one per key channel goes through
+    :func:`channel_decays`, which never forms the ``C x C x Dk`` factors.
+    """
+    if g.shape[-1] > 1:  # KDA: a decay per key channel
+        return channel_decays(Q, K, g.to(Q.dtype))
+    G = g.to(_gate_dtype(Q)).clamp_min(_LOG_ALPHA_FLOOR).cumsum(-2)  # (..., C, 1)
+    decay = _pairwise_decay(G, Q.dtype).squeeze(-1)  # exp(G_i - G_j), 0 above the diagonal
+    A = (K @ K.transpose(-1, -2)) * decay
+    P = (Q @ K.transpose(-1, -2)) * decay
+    return A, P, G.exp().to(Q.dtype), (G[..., -1:, :] - G).exp().to(Q.dtype)
+
+
+def pass_state(W, U, K_out, S, decay=None):
+    """Step 2, the state pass: the only sequential part, one small step per chunk.
+
+    ``W``, ``U``, ``K_out`` are ``(BH, N, C, .)`` for ``N`` chunks, ``S`` the ``(BH, Dk, Dv)``
+    state entering the first. Per chunk: the corrections ``u = U - W S``, then
+    ``S <- S + K_out^T u`` (with a gate, the state decays over the chunk first). Returns the
+    corrections of every chunk ``(BH, N, C, Dv)``, the state entering every chunk
+    ``(BH, N, Dk, Dv)`` and the state after the last.
+    """
+    corrections, states = [], []
     for n in range(W.shape[1]):
-        starts.append(S)
-        u = torch.baddbmm(U[:, n], W[:, n], S, alpha=-1)
+        states.append(S)
+        u = U[:, n] - W[:, n] @ S  # what this chunk writes, now that S is known
         corrections.append(u)
-        if chunk_decay is not None:
-            S = S * chunk_decay[:, n]
-        S = torch.baddbmm(S, k_tail_T[:, n], u)
-    return torch.stack(corrections, 1), torch.stack(starts, 1), S
+        if decay is not None:
+            S = S * decay[:, n]  # the gate enters here: the state fades over the chunk
+        S = S + K_out[:, n].transpose(-1, -2) @ u
+    return torch.stack(corrections, 1), torch.stack(states, 1), S
 
 
-#: Upper bound on the tensor elements the chunked core works on at once (about 128 MiB of float32
-#: per tensor). Chunks are processed in groups: a group's state-independent work is a few batched
-#: matrix products, its state is then carried across its chunks (the sequential part), and its
-#: outputs are one batched product again. The group size keeps memory bounded for any ``T``.
+#: Upper bound on the tensor elements the chunked forms work on at once (about 128 MiB of
+#: float32 per tensor). Chunks are processed in groups: a group's state-independent work is a
+#: few batched matrix products, its state is then carried across its chunks, and its outputs
+#: are one batched product again. The group size keeps memory bounded for any ``T``.
 BLOCK_ELEMENTS = 2**25
 
 
-def _group_chunks(x: torch.Tensor, start: int, stop: int, size: int) -> torch.Tensor:
-    """Tokens ``start:stop`` of a ``(B, H, T, ...)`` tensor as ``(B*H, N, size, ...)`` chunks."""
-    B, H = x.shape[:2]
-    return x[:, :, start:stop].reshape(B * H, (stop - start) // size, size, *x.shape[3:])
+def chunk_spans(T: int, C: int, BH: int, Dk: int, Dv: int, G: int = 0):
+    """The groups of chunks a chunked form works on, ``[(tokens, chunk length), ...]``.
 
-
-def chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
-    r"""The fast (gated) delta rule, a chunk at a time via the WY representation / UT transform.
-
-    Public as :func:`gpt2k3.ops.gated_delta.chunked`: the core of :func:`gpt2k3.ops.delta.chunkwise`
-    and :func:`gpt2k3.ops.gated_delta.chunkwise`, on inputs they have validated and cast to one
-    compute dtype (float32 or wider). It checks nothing and reads nothing back to the host, so
-    the layers call it in a decode step and ``benchmarks/gpu.py`` captures it in a CUDA graph.
-
-    Args:
-        q, k: ``(B, H, T, Dk)``; v: ``(B, H, T, Dv)``; beta: ``(B, H, T)``.
-        log_alpha: the log decay ``g <= 0``: None (DeltaNet), ``(B, H, T)`` or ``(B, H, T, 1)``
-            (one per head, Gated DeltaNet) or ``(B, H, T, Dk)`` (one per key channel, KDA).
-        S: the ``(B, H, Dk, Dv)`` state entering the first chunk.
-        chunk_size: tokens per chunk; ``T`` need not be a multiple of it (the last chunk is
-            shorter), and ``B = 0``, ``H = 0`` or ``T = 0`` give empty outputs.
-
-    Returns:
-        ``(o, S)``: ``o`` ``(B, H, T, Dv)`` and the final state, in the inputs' dtype.
-
-    The work is split the way fast kernels split it (see ``_intra_chunk`` for the algebra):
-    everything that does not depend on the incoming state (the ``C x C`` score matrices, the UT
-    transform, the WY factors) is one batch of matrix products over a whole group of chunks;
-    then ``_pass_state`` carries the state across the group's chunks (``T / C`` sequential steps
-    instead of ``T``); then every output of the group comes from ``O = Q_dec S_start + P u`` in
-    one batch.
+    Memory budgeting, kept out of the steps: a group holds as many whole chunks as fit in
+    :data:`BLOCK_ELEMENTS` (``G``: decays per token, 0 without a gate, 1 per head, ``Dk`` per
+    channel); a last, shorter chunk gets a group of its own when ``T`` is not a multiple of ``C``.
     """
-    B, H, T, Dk = q.shape
-    Dv = v.shape[-1]
-    BH, C = B * H, operator.index(chunk_size)
-    o = q.new_empty(B, H, T, Dv)
-    S = S.reshape(BH, Dk, Dv)
-    if log_alpha is not None and log_alpha.ndim == 3:  # one decay per head: broadcast over Dk
-        log_alpha = log_alpha.unsqueeze(-1)
-    G = 1 if log_alpha is None else log_alpha.shape[-1]
-    if G == 1:  # the C x C matrices of a chunk (scores, UT transform, pairwise decay), its vectors
-        per_chunk = BH * (C * C * (G + 2) + Dk * Dv + 4 * C * (Dk + Dv))
+    if G <= 1:  # the C x C matrices of a chunk (scores, UT transform, pairwise decay), its vectors
+        per_chunk = BH * (3 * C * C + Dk * Dv + 4 * C * (Dk + Dv))
     else:  # per-channel decays: no C x C x Dk tensor, but a dozen (C, D)-sized factors
         per_chunk = BH * (6 * C * C + Dk * Dv + 12 * C * (Dk + Dv))
     group = max(1, BLOCK_ELEMENTS // max(per_chunk, 1)) * C  # tokens per group, a multiple of C
-
     full = T - T % C
-    spans = [(s, min(s + group, full), C) for s in range(0, full, group)]
-    if full < T:
-        spans.append((full, T, T - full))  # the last, shorter chunk
-    for start, stop, size in spans:
-        q_c, k_c, v_c, b_c = (_group_chunks(x, start, stop, size) for x in (q, k, v, beta))
-        la_c = None if log_alpha is None else _group_chunks(log_alpha, start, stop, size)
-        W, U, q_dec, P, k_tail, chunk_decay = _intra_chunk(q_c, k_c, v_c, b_c, la_c)
-        u, S_start, S = _pass_state(W, U, k_tail, chunk_decay, S)
-        # O = Q_dec S_start + P u, as one batch of (size x Dk) @ (Dk x Dv) products plus P u
-        o_c = torch.baddbmm((P @ u).flatten(0, 1), q_dec.flatten(0, 1), S_start.flatten(0, 1))
-        o[:, :, start:stop] = o_c.reshape(B, H, stop - start, Dv)
-    return o, S.reshape(B, H, Dk, Dv)
+    spans = [(slice(s, min(s + group, full)), C) for s in range(0, full, group)]
+    return spans + ([(slice(full, T), T - full)] if full < T else [])
+
+
+def as_chunks(x: torch.Tensor, size: int) -> torch.Tensor:
+    """A ``(B, H, n * size, ...)`` stretch of tokens as ``(B * H, n, size, ...)`` chunks."""
+    B, H, T = x.shape[:3]
+    return x.reshape(B * H, T // size, size, *x.shape[3:])
+
+
+def chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
+    r"""The fast (gated) delta rule on inputs already checked: ``(o, S)``.
+
+    Kept for callers that hold a state and a log decay side by side (``benchmarks/gpu.py``
+    captures it in a CUDA graph): the body of :func:`gpt2k3.ops.delta.chunkwise` when
+    ``log_alpha`` is None, else of :func:`gpt2k3.ops.gated_delta.chunkwise`. Checks nothing and
+    reads nothing back to the host.
+    """
+    from gpt2k3.ops import delta, gated_delta  # the bodies live with their doors
+
+    if log_alpha is None:
+        return delta.chunkwise.__wrapped__(q, k, v, beta, initial_state=S, chunk_size=chunk_size)
+    return gated_delta.chunkwise.__wrapped__(q, k, v, beta, log_alpha, initial_state=S,
+                                             chunk_size=chunk_size)

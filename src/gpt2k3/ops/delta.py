@@ -65,8 +65,8 @@ from __future__ import annotations
 
 import torch
 
-from gpt2k3.checks import delta_rule_inputs
-from gpt2k3.ops._chunked import chunked
+from gpt2k3.checks import check_delta_rule_call, checked
+from gpt2k3.ops._chunked import as_chunks, chunk_spans, intra_chunk, pass_state
 from gpt2k3.ops.wy import (
     ChunkCost,
     chunkwise_cost,
@@ -78,30 +78,38 @@ from gpt2k3.ops.wy import (
 __all__ = ["recurrent", "chunkwise_reference", "chunkwise", "householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"]
 
 
+@checked(check_delta_rule_call)
 def recurrent(q, k, v, beta, *, initial_state=None):
     """DeltaNet token by token, the definition: ``u = beta_t (v_t - k_t S)``, ``S <- S + k_t^T u``,
     ``o_t = q_t S``. ``q, k (B, H, T, Dk)`` normalised (no scale), ``v (B, H, T, Dv)``, ``beta
     (B, H, T)`` with ``beta |k|^2`` in ``[0, 2]``, ``initial_state (B, H, Dk, Dv)`` or None.
     Returns ``(o, S)``: ``o`` in the inputs' dtype, the final state ``S`` in at least float32."""
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     o = torch.empty_like(v)
-    for t in range(q.shape[2]):
+    for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the state returns for k_t now
         u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
         o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
+@checked(check_delta_rule_call)
 def chunkwise_reference(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """DeltaNet a chunk at a time, the chapter's derivation step by step: one chunk after another,
-    its UT transform by one triangular solve. A teaching duplicate of the fast core
+    its UT transform by one triangular solve. A teaching duplicate of the fast form
     :func:`chunkwise`, which batches the state-independent steps over many chunks and inverts
     blockwise. Arguments and result as in :func:`recurrent`; ``T`` need not divide evenly."""
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state, chunk_size)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     o = torch.empty_like(v)
-    for s in range(0, q.shape[2], chunk_size):
+    for s in range(0, T, chunk_size):
         c = slice(s, s + chunk_size)  # the last chunk may be shorter
         Q, K, V, b = q[:, :, c], k[:, :, c], v[:, :, c], beta[:, :, c, None]
         I = torch.eye(K.shape[2], dtype=K.dtype, device=K.device)
@@ -112,13 +120,23 @@ def chunkwise_reference(q, k, v, beta, *, initial_state=None, chunk_size: int = 
         u = U - W @ S  # the corrections, once the state entering the chunk is known
         o[:, :, c] = Q @ S + (Q @ K.transpose(-1, -2)).tril() @ u
         S = S + K.transpose(-1, -2) @ u
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
+@checked(check_delta_rule_call)
 def chunkwise(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
-    """DeltaNet a chunk of ``chunk_size`` tokens at a time (WY representation / UT transform),
-    through the fast core :func:`gpt2k3.ops.gated_delta.chunked` with no decay; equals
-    :func:`recurrent` for any ``T``. Arguments and result as in :func:`recurrent`."""
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state, chunk_size)
-    o, S = chunked(q, k, v, beta, None, S, chunk_size)
-    return o.to(dtype), S
+    """DeltaNet a chunk of ``chunk_size`` tokens at a time, the fast form: the state-independent
+    step (:func:`~gpt2k3.ops._chunked.intra_chunk`) for a whole group of chunks at once, then the
+    state pass (:func:`~gpt2k3.ops._chunked.pass_state`), then every output of the group in one
+    batch. Equals :func:`recurrent` for any ``T``; arguments and result as there."""
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    (B, H, T, Dk), Dv = k.shape, v.shape[-1]
+    S = k.new_zeros(B * H, Dk, Dv) if initial_state is None else initial_state.to(dtype).reshape(B * H, Dk, Dv)
+    o = torch.empty_like(v)
+    for span, size in chunk_spans(T, chunk_size, B * H, Dk, Dv):  # groups of chunks that fit in memory
+        Q, K, V, b = (as_chunks(x[:, :, span], size) for x in (q, k, v, beta))  # (B*H, N, C, .)
+        W, U, P = intra_chunk(Q, K, V, b)  # step 1, all N chunks at once: the UT/WY step
+        u, S_in, S = pass_state(W, U, K, S)  # step 2, chunk after chunk: the state pass
+        o[:, :, span] = (Q @ S_in + P @ u).view_as(o[:, :, span])  # step 3: O = Q S_in + P u
+    return o.to(out_dtype), S.view(B, H, Dk, Dv)

@@ -59,34 +59,48 @@ from __future__ import annotations
 
 import torch
 
-from gpt2k3.checks import delta_rule_inputs
-from gpt2k3.ops._chunked import chunked
+from gpt2k3.checks import check_gated_delta_rule_call, checked
+from gpt2k3.ops._chunked import as_chunks, chunk_spans, chunked, intra_chunk_gated, pass_state
 
 __all__ = ["recurrent", "chunkwise", "chunked"]
 
 
+@checked(check_gated_delta_rule_call)
 def recurrent(q, k, v, beta, g, *, initial_state=None):
     """Gated DeltaNet / KDA token by token, the definition: decay ``S`` by ``exp(g_t)``, then the
     delta rule of :func:`gpt2k3.ops.delta.recurrent`. ``g``: the log decay ``<= 0`` (``-inf`` a
     full reset), ``(B, H, T)`` for Gated DeltaNet or ``(B, H, T, Dk)`` for KDA; the rest, and
     the result ``(o, S)``, as in :func:`gpt2k3.ops.delta.recurrent`."""
-    q, k, v, beta, g, S, dtype = delta_rule_inputs(q, k, v, beta, g, initial_state, gated=True)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v, beta, g = (x.to(dtype) for x in (q, k, v, beta, g))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     alpha = g.exp() if g.ndim == 4 else g.exp().unsqueeze(-1)  # (B, H, T, Dk or 1); exp(-inf) = 0
     o = torch.empty_like(v)
-    for t in range(q.shape[2]):
+    for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         S = S * alpha[:, :, t].unsqueeze(-1)  # decay first: row i of S times alpha_t[i]
         v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the state returns for k_t now
         u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
         o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
+@checked(check_gated_delta_rule_call)
 def chunkwise(q, k, v, beta, g, *, initial_state=None, chunk_size: int = 64):
-    """Gated DeltaNet / KDA a chunk of ``chunk_size`` tokens at a time through the fast core
-    :func:`chunked`; equals :func:`recurrent` for any ``T``. Arguments and result as there."""
-    q, k, v, beta, g, S, dtype = delta_rule_inputs(q, k, v, beta, g, initial_state, chunk_size,
-                                                   gated=True)
-    o, S = chunked(q, k, v, beta, g, S, chunk_size)
-    return o.to(dtype), S
+    """Gated DeltaNet / KDA a chunk of ``chunk_size`` tokens at a time, the fast form of
+    :func:`gpt2k3.ops.delta.chunkwise` with the decays threaded through its steps; equals
+    :func:`recurrent` for any ``T``. Arguments and result as there."""
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta, g = (x.to(dtype) for x in (q, k, v, beta, g))
+    g = g if g.ndim == 4 else g.unsqueeze(-1)  # (B, H, T, Dk) or (B, H, T, 1)
+    (B, H, T, Dk), Dv = k.shape, v.shape[-1]
+    S = k.new_zeros(B * H, Dk, Dv) if initial_state is None else initial_state.to(dtype).reshape(B * H, Dk, Dv)
+    o = torch.empty_like(v)
+    for span, size in chunk_spans(T, chunk_size, B * H, Dk, Dv, g.shape[-1]):
+        Q, K, V, b, G = (as_chunks(x[:, :, span], size) for x in (q, k, v, beta, g))
+        W, U, P, Q, K, decay = intra_chunk_gated(Q, K, V, b, G)  # step 1, decays included
+        u, S_in, S = pass_state(W, U, K, S, decay)  # step 2, the state fading over each chunk
+        o[:, :, span] = (Q @ S_in + P @ u).view_as(o[:, :, span])  # step 3: O = Q S_in + P u
+    return o.to(out_dtype), S.view(B, H, Dk, Dv)

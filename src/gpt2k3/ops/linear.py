@@ -44,13 +44,15 @@ it is negligible: with features of order one, ``q_t . z_t`` is of order ``t * D`
 ``normalize=False`` the functions return only the numerator ``q_t S_t`` -- the unnormalised
 variant used by later models and by flash-linear-attention's default -- and ``eps`` is unused.
 
-Every form begins with one call, :func:`gpt2k3.checks.linear_attention_inputs`, which checks
-the arguments from their shapes and dtypes, reading no value, so it never waits for the device,
-and hands back the inputs and the state (zeros unless one is given) in the compute dtype, at
-least float32 (outputs are returned in the input dtype). Two promises are
-the caller's and are not scanned here: finite inputs (the layer's input is checked, at the front
-door) and, for the normalised forms, non-negative ``q`` and ``k`` (a negative feature could make
-the denominator cross zero; apply :func:`elu1` or another non-negative feature map first).
+Every form is a pure body behind one door, :func:`gpt2k3.checks.checked` with
+:func:`gpt2k3.checks.check_linear_attention_call` (``check_linear_decode_call`` for
+:func:`decode_step`): the door checks the arguments from their shapes and dtypes, reading no
+value, so it never waits for the device, and changes nothing. The body casts the inputs to the
+compute dtype, at least float32, creates the state (zeros unless one is given) and returns the
+outputs in the input dtype. Two promises are the caller's and are not scanned: finite inputs
+(the layer's input is checked, at the front door) and, for the normalised forms, non-negative
+``q`` and ``k`` (a negative feature could make the denominator cross zero; apply :func:`elu1`
+or another non-negative feature map first).
 
 The seed article's one-shot prefill, which sums ``k^T v`` over *all* ``T`` tokens before
 reading and is therefore not causal, is :func:`gpt2k3.seed.seed_prefill`, kept so the book can
@@ -62,7 +64,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_float_tensor, linear_attention_inputs
+from gpt2k3.checks import check_float_tensor, check_linear_attention_call, check_linear_decode_call, checked
 
 __all__ = ["EPS", "elu1", "parallel", "recurrent", "chunkwise", "decode_step"]
 
@@ -85,6 +87,7 @@ def elu1(x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
+@checked(check_linear_attention_call)
 def parallel(q, k, v, *, eps: float = EPS, normalize: bool = True):
     """Causal linear attention as a masked ``T x T`` product (quadratic in ``T``).
 
@@ -101,14 +104,16 @@ def parallel(q, k, v, *, eps: float = EPS, normalize: bool = True):
         after the last token, ``S = K^T V`` and ``z = sum_s k_s`` (compute dtype, at least
         float32), as the other forms return it.
     """
-    q, k, v, _, dtype = linear_attention_inputs(q, k, v, None, eps, normalize)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v = (x.to(dtype) for x in (q, k, v))
     A = (q @ k.transpose(-1, -2)).tril()  # A[t, s] = q_t . k_s for s <= t
     o = A @ v
     if normalize:
         o = o / (A.sum(-1, keepdim=True) + eps)
-    return o.to(dtype), (k.transpose(-1, -2) @ v, k.sum(-2))
+    return o.to(out_dtype), (k.transpose(-1, -2) @ v, k.sum(-2))
 
 
+@checked(check_linear_attention_call)
 def recurrent(q, k, v, *, initial_state=None, eps: float = EPS, normalize: bool = True):
     """Causal linear attention token by token: the definition, the reference form.
 
@@ -124,18 +129,23 @@ def recurrent(q, k, v, *, initial_state=None, eps: float = EPS, normalize: bool 
         ``(o, (S, z))``: outputs ``(B, H, T, Dv)`` in the promoted input dtype, and the state
         after the last token (in the compute dtype, at least float32).
     """
-    q, k, v, (S, z), dtype = linear_attention_inputs(q, k, v, initial_state, eps, normalize)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    (B, H, T, Dk), Dv = k.shape, v.shape[-1]
+    S, z = (k.new_zeros(B, H, Dk, Dv), k.new_zeros(B, H, Dk)) if initial_state is None \
+        else (initial_state[0].to(dtype), initial_state[1].to(dtype))
     o = torch.empty_like(v)
-    for t in range(q.shape[2]):
+    for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         S = S + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)  # outer product k_t^T v_t
         z = z + k_t
         o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
         if normalize:
             o[:, :, t] /= (q_t * z).sum(-1, keepdim=True) + eps
-    return o.to(dtype), (S, z)
+    return o.to(out_dtype), (S, z)
 
 
+@checked(check_linear_attention_call)
 def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float = EPS,
               normalize: bool = True):
     """Causal linear attention in chunks: masked parallel inside a chunk, state between chunks.
@@ -152,9 +162,12 @@ def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float =
     Returns:
         ``(o, (S, z))`` as in :func:`recurrent`.
     """
-    q, k, v, (S, z), dtype = linear_attention_inputs(q, k, v, initial_state, eps, normalize,
-                                                     chunk_size)
-    o, T = torch.empty_like(v), q.shape[2]
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    (B, H, T, Dk), Dv = k.shape, v.shape[-1]
+    S, z = (k.new_zeros(B, H, Dk, Dv), k.new_zeros(B, H, Dk)) if initial_state is None \
+        else (initial_state[0].to(dtype), initial_state[1].to(dtype))
+    o = torch.empty_like(v)
     for start in range(0, T, chunk_size):
         c = slice(start, min(start + chunk_size, T))
         q_c, k_c, v_c = q[:, :, c], k[:, :, c], v[:, :, c]
@@ -164,7 +177,7 @@ def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float =
             o[:, :, c] /= q_c @ z.unsqueeze(-1) + A.sum(-1, keepdim=True) + eps
         S = S + k_c.transpose(-1, -2) @ v_c
         z = z + k_c.sum(-2)
-    return o.to(dtype), (S, z)
+    return o.to(out_dtype), (S, z)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +185,7 @@ def chunkwise(q, k, v, *, initial_state=None, chunk_size: int = 64, eps: float =
 # ---------------------------------------------------------------------------------------------
 
 
+@checked(check_linear_decode_call)
 def decode_step(q_t, k_t, v_t, *, initial_state=None, eps: float = EPS, normalize: bool = True,
                 inplace: bool = False):
     """One decode step through the state: the fast form of :func:`recurrent` for one token.
@@ -193,9 +207,11 @@ def decode_step(q_t, k_t, v_t, *, initial_state=None, eps: float = EPS, normaliz
     Returns:
         ``(o_t, (S, z))``: the output ``(B, H, 1, Dv)`` and the updated state.
     """
-    q, k, v, (S, z), dtype = linear_attention_inputs(q_t, k_t, v_t, initial_state, eps, normalize,
-                                                     one_token=True)
-    (B, H, _, Dk), Dv = q.shape, v.shape[-1]
+    out_dtype, dtype = v_t.dtype, torch.promote_types(v_t.dtype, torch.float32)  # state: >= float32
+    q, k, v = (x.to(dtype) for x in (q_t, k_t, v_t))
+    (B, H, T, Dk), Dv = k.shape, v.shape[-1]
+    S, z = (k.new_zeros(B, H, Dk, Dv), k.new_zeros(B, H, Dk)) if initial_state is None \
+        else (initial_state[0].to(dtype), initial_state[1].to(dtype))
     k_col, v_row = k.reshape(B * H, Dk, 1), v.reshape(B * H, 1, Dv)
     if inplace and S.is_contiguous() and z.is_contiguous():
         S.view(B * H, Dk, Dv).baddbmm_(k_col, v_row)  # S += k^T v with no new allocation
@@ -206,4 +222,4 @@ def decode_step(q_t, k_t, v_t, *, initial_state=None, eps: float = EPS, normaliz
     o = q @ S  # (B, H, 1, Dv)
     if normalize:
         o = o / (q @ z.unsqueeze(-1) + eps)
-    return o.to(dtype), (S, z)
+    return o.to(out_dtype), (S, z)

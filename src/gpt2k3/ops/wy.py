@@ -29,17 +29,16 @@ from gpt2k3.checks import (
     check_float_tensor,
     check_positive_int,
     check_write_strength,
-    compute_dtype,
+    checked,
 )
 from gpt2k3.ops._chunked import unit_lower_inverse
 
 __all__ = ["householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"]
 
 
-def _prepare_chunk(k, beta, v=None, need_v=False):
-    """Validate one chunk (or a batch of chunks): ``k (..., C, Dk)``, ``beta (..., C)``,
-    ``v (..., C, Dv)`` (if given, or if ``need_v``), floating and finite, ``beta * |k|^2`` in
-    ``[0, 2]``; cast to the compute dtype (at least float32)."""
+def _check_chunk(k, beta, v=None) -> None:
+    """The door of the chunk pieces: ``k (..., C, Dk)``, ``beta (..., C)``, ``v (..., C, Dv)``
+    if given, floating and finite, ``beta * |k|^2`` in ``[0, 2]``. Changes nothing."""
     check_float_tensor(k, "k")
     if k.ndim < 2:
         raise ValueError(f"k must have shape (..., C, Dk), at least 2 dimensions; got {tuple(k.shape)}")
@@ -48,7 +47,7 @@ def _prepare_chunk(k, beta, v=None, need_v=False):
         raise ValueError(
             f"beta must have shape (..., C) = {tuple(k.shape[:-1])} to match k; got {tuple(beta.shape)}"
         )
-    if v is not None or need_v:
+    if v is not None:
         check_float_tensor(v, "v")
         if v.ndim != k.ndim or v.shape[:-1] != k.shape[:-1]:
             raise ValueError(
@@ -59,10 +58,15 @@ def _prepare_chunk(k, beta, v=None, need_v=False):
     check_finite(k, "k")
     check_finite(beta, "beta")
     check_write_strength(beta, k)
-    dtype = compute_dtype(k, beta, v)
-    return k.to(dtype), beta.to(dtype), None if v is None else v.to(dtype)
 
 
+def _check_wy(k, v, beta) -> None:
+    if v is None:
+        raise ValueError("v must be a torch.Tensor of shape (..., C, Dv), got None")
+    _check_chunk(k, beta, v)
+
+
+@checked(_check_chunk)
 def householder_product(k, beta):
     r"""The transition matrix of a chunk: ``P = H_C \cdots H_2 H_1`` with ``H_t = I - beta_t k_t^T k_t``.
 
@@ -78,7 +82,7 @@ def householder_product(k, beta):
     Returns:
         ``(..., Dk, Dk)``.
     """
-    k, beta, _ = _prepare_chunk(k, beta)
+    k, beta = (x.to(torch.promote_types(k.dtype, torch.float32)) for x in (k, beta))
     Dk = k.shape[-1]
     P = torch.eye(Dk, dtype=k.dtype, device=k.device).expand(*k.shape[:-2], Dk, Dk)
     for t in range(k.shape[-2]):
@@ -88,6 +92,7 @@ def householder_product(k, beta):
     return P
 
 
+@checked(_check_wy)
 def wy_representation(k, v, beta):
     r"""The WY factors of a chunk by their defining recursion: ``(W, U)``, each ``(..., C, D)``.
 
@@ -100,7 +105,7 @@ def wy_representation(k, v, beta):
     entered with state ``S`` leaves it as ``S + K^T (U - W S)``. Token by token, for checking;
     :func:`ut_transform` gives the same factors from one matrix product.
     """
-    k, beta, v = _prepare_chunk(k, beta, v, need_v=True)
+    k, v, beta = (x.to(torch.promote_types(k.dtype, torch.float32)) for x in (k, v, beta))
     W, U = torch.zeros_like(k), torch.zeros_like(v)
     for t in range(k.shape[-2]):
         dots = k[..., :t, :] @ k[..., t, :, None]  # (..., t, 1): k_t . k_j for j < t
@@ -109,6 +114,7 @@ def wy_representation(k, v, beta):
     return W, U
 
 
+@checked(_check_chunk)
 def ut_transform(k, beta):
     r"""The UT-transform matrix of a chunk: ``T = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta)``.
 
@@ -124,8 +130,9 @@ def ut_transform(k, beta):
     Returns:
         ``(..., C, C)``, lower triangular.
     """
-    k, beta, _ = _prepare_chunk(k, beta)
-    return unit_lower_inverse(beta.unsqueeze(-1) * (k @ k.transpose(-1, -2))) * beta.unsqueeze(-2)
+    k, beta = (x.to(torch.promote_types(k.dtype, torch.float32)) for x in (k, beta))
+    L = (beta.unsqueeze(-1) * (k @ k.transpose(-1, -2))).tril(-1)  # below the unit diagonal
+    return unit_lower_inverse(L) * beta.unsqueeze(-2)
 
 
 # ---------------------------------------------------------------------------------------------
