@@ -247,8 +247,8 @@ KIMI_K3_CHECKPOINT = {
 #: Kimi K3's ``A_log``, an open question.  The checkpoint stores ``kda_head_dim`` (128) numbers
 #: per KDA layer, and the layer has ``kda_n_head`` (96) heads.  Two public readings:
 #:
-#: * ``"per head"`` -- SGLang 0.5.23 (``srt/models/kimi_k3.py``) and vLLM
-#:   (``vllm/models/kimi_k3/nvidia/kda.py``, an ``A_log`` of ``num_heads`` loaded from the
+#: * ``"per head"`` -- SGLang 0.5.23 (``srt/models/kimi_k3.py``) and vLLM (main branch at
+#:   commit cabd15f, ``vllm/models/kimi_k3/nvidia/kda.py``, an ``A_log`` of ``num_heads`` loaded from the
 #:   stored vector's first entries): one decay scale per head, the first 96 stored numbers
 #:   used, 32 unused.  The book's count (:func:`gpt2k3.accounting.count_params`) and layers
 #:   follow it.
