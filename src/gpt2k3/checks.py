@@ -589,18 +589,9 @@ def linear_attention_inputs(q, k, v, initial_state=None, eps: float = 1e-6, norm
     return q.to(dtype), k.to(dtype), v.to(dtype), (S.to(dtype), z.to(dtype)), output_dtype(q, k, v)
 
 
-def _check_delta_call(q, k, v, beta, g, initial_state, chunk_size, gated: bool) -> None:
-    check_chunk_size(chunk_size)
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        check_qkv_shapes(q, k, v)  # no value may be read while a CUDA graph is captured
-        check_float_tensor(beta, "beta")
-        if gated:
-            check_float_tensor(g, "g")
-    elif gated:
-        check_gated_delta_rule(q, k, v, beta, g, initial_state)
-    else:
-        check_delta_rule(q, k, v, beta, initial_state)
-    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
+def _capturing() -> bool:
+    """True while a CUDA graph is being captured: no value may be read back then."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def check_delta_rule_call(q, k, v, beta, *, initial_state=None, chunk_size=64) -> None:
@@ -608,13 +599,26 @@ def check_delta_rule_call(q, k, v, beta, *, initial_state=None, chunk_size=64) -
     as :func:`check_delta_rule`, ``q, k, v`` of one dtype, a positive ``chunk_size``. The value
     checks (finite, ``beta |k|^2`` in ``[0, 2]``) are skipped while a CUDA graph is captured.
     Changes nothing: the op's body casts and creates its own state."""
-    _check_delta_call(q, k, v, beta, None, initial_state, chunk_size, gated=False)
+    check_chunk_size(chunk_size)
+    if _capturing():
+        check_qkv_shapes(q, k, v)
+        check_float_tensor(beta, "beta")
+    else:
+        check_delta_rule(q, k, v, beta, initial_state)
+    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
 
 
 def check_gated_delta_rule_call(q, k, v, beta, g, *, initial_state=None, chunk_size=64) -> None:
     """The door of a Gated DeltaNet / KDA op (:mod:`gpt2k3.ops.gated_delta`): as
     :func:`check_delta_rule_call`, plus the log decay ``g`` (:func:`check_gate`)."""
-    _check_delta_call(q, k, v, beta, g, initial_state, chunk_size, gated=True)
+    check_chunk_size(chunk_size)
+    if _capturing():
+        check_qkv_shapes(q, k, v)
+        check_float_tensor(beta, "beta")
+        check_float_tensor(g, "g")
+    else:
+        check_gated_delta_rule(q, k, v, beta, g, initial_state)
+    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
 
 
 def check_linear_attention_call(q, k, v, *, initial_state=None, chunk_size=1, eps=1e-6,
