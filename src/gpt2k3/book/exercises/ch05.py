@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_int, check_positive_int, delta_rule_inputs
+from gpt2k3.checks import check_delta_rule_call, check_int, check_positive_int, checked
 from gpt2k3.ops import delta
 from gpt2k3.ops.wy import chunkwise_cost
 
@@ -103,28 +103,36 @@ def two_token_ut(D: int = 8, seed: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------------- 5.3 change the code
+@checked(check_delta_rule_call)
 def recurrent_read_first(q, k, v, beta, *, initial_state=None):
     """:func:`gpt2k3.ops.delta.recurrent` with its output line moved up: token ``t`` reads the
     state before its own write, ``o_t = q_t S_{t-1}`` (the reference for
     :func:`chunkwise_read_first`)."""
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     o = torch.empty_like(v)
-    for t in range(q.shape[2]):
+    for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)  # read first: the state before t's write
         v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the state returns for k_t now
         u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
+@checked(check_delta_rule_call)
 def chunkwise_read_first(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """:func:`gpt2k3.ops.delta.chunkwise_reference` with the chunk's causal mask one diagonal
     lower, ``tril(-1)``: token ``i`` of a chunk no longer sees its own correction, so it reads
     the state before its write. Nothing else changes; the final state is the same."""
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state, chunk_size)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     o = torch.empty_like(v)
-    for s in range(0, q.shape[2], chunk_size):
+    for s in range(0, T, chunk_size):
         c = slice(s, s + chunk_size)  # the last chunk may be shorter
         Q, K, V, b = q[:, :, c], k[:, :, c], v[:, :, c], beta[:, :, c, None]
         I = torch.eye(K.shape[2], dtype=K.dtype, device=K.device)
@@ -135,24 +143,28 @@ def chunkwise_read_first(q, k, v, beta, *, initial_state=None, chunk_size: int =
         u = U - W @ S  # the corrections, once the state entering the chunk is known
         o[:, :, c] = Q @ S + (Q @ K.transpose(-1, -2)).tril(-1) @ u  # j < i only: read first
         S = S + K.transpose(-1, -2) @ u
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
 # ---------------------------------------------------------------------- 5.4 change the code
+@checked(check_delta_rule_call)
 def chunkwise_wy(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """:func:`gpt2k3.ops.delta.chunkwise_reference` with the UT transform replaced by the WY
     recursion row by row (:func:`gpt2k3.ops.wy.wy_representation`): the same ``W`` and ``U``,
     the same answer, but ``C`` sequential row steps inside every chunk."""
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state, chunk_size)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     o = torch.empty_like(v)
-    for s in range(0, q.shape[2], chunk_size):
+    for s in range(0, T, chunk_size):
         c = slice(s, s + chunk_size)  # the last chunk may be shorter
         Q, K, V, b = q[:, :, c], k[:, :, c], v[:, :, c], beta[:, :, c, None]
         W, U = delta.wy_representation(K, V, b.squeeze(-1))  # row by row: C sequential steps
         u = U - W @ S  # the corrections, once the state entering the chunk is known
         o[:, :, c] = Q @ S + (Q @ K.transpose(-1, -2)).tril() @ u
         S = S + K.transpose(-1, -2) @ u
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
 def random_delta_inputs(B: int = 1, H: int = 2, T: int = 100, D: int = 16, seed: int = 0):

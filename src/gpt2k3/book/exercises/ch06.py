@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 from gpt2k3.accounting import hybrid_cache_bytes, hybrid_spec
 from gpt2k3.archs import KIMI_LINEAR_48B
-from gpt2k3.checks import check_int, check_number, check_positive_int, delta_rule_inputs
+from gpt2k3.checks import (check_gated_delta_rule_call, check_int, check_number, check_positive_int,
+                           checked)
 from gpt2k3.experiments import forgetting
 from gpt2k3.ops import delta, gated_delta
 
@@ -130,23 +131,32 @@ def check_resets(resets, B: int, T: int) -> torch.Tensor:
     return resets
 
 
+def _check_resets_call(q, k, v, beta, g, resets, *, initial_state=None) -> None:
+    """The door of :func:`recurrent_with_resets`: the gated delta rule's, and ``resets``."""
+    check_gated_delta_rule_call(q, k, v, beta, g, initial_state=initial_state)
+    check_resets(resets, q.shape[0], q.shape[2])  # (B, T) bool: where a new document starts
+
+
+@checked(_check_resets_call)
 def recurrent_with_resets(q, k, v, beta, g, resets, *, initial_state=None):
     """:func:`gpt2k3.ops.gated_delta.recurrent` with a document boundary: where ``resets``
     (``(B, T)`` bool) is set, the gate becomes ``-inf``, ``alpha = 0``, and the token writes into
     an empty state. One token, one decision: the rest of the loop is unchanged."""
-    q, k, v, beta, g, S, dtype = delta_rule_inputs(q, k, v, beta, g, initial_state, gated=True)
-    check_resets(resets, q.shape[0], q.shape[2])  # (B, T) bool: where a new document starts
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v, beta, g = (x.to(dtype) for x in (q, k, v, beta, g))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     g = g.masked_fill(resets[:, None, :, None] if g.ndim == 4 else resets[:, None, :], -math.inf)
     alpha = g.exp() if g.ndim == 4 else g.exp().unsqueeze(-1)  # (B, H, T, Dk or 1); exp(-inf) = 0
     o = torch.empty_like(v)
-    for t in range(q.shape[2]):
+    for t in range(T):
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
         S = S * alpha[:, :, t].unsqueeze(-1)  # decay first: row i of S times alpha_t[i]
         v_old = (k_t.unsqueeze(-2) @ S).squeeze(-2)  # what the state returns for k_t now
         u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
         o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
 def compare_resets(T: int = 96, boundary: int = 40, D: int = 16, seed: int = 0) -> dict:
