@@ -223,9 +223,9 @@ def run_training(args, device: str = "cuda", Ts=None) -> dict:
 def graphed_chunkwise(q, k, v, beta, chunk_size, out):
     """Ours with every kernel of one call captured in a CUDA graph (no launch overhead).
 
-    Captures the public fast core :func:`gpt2k3.ops.gated_delta.chunked` (what
-    :func:`gpt2k3.ops.delta.chunkwise` runs after its check) on inputs validated and cast
-    outside the capture; replaying the graph recomputes the whole sequence.
+    Captures the body of :func:`gpt2k3.ops.delta.chunkwise` (``chunkwise.__wrapped__``, what
+    runs after its door's checks) on inputs cast outside the capture; replaying the graph
+    recomputes the whole sequence.
     """
     cdt = compute_dtype(q, k, v, beta)  # what delta.chunkwise computes in
     qs, ks, vs, bs = (x.to(cdt) for x in (q, k, v, beta))
@@ -234,11 +234,11 @@ def graphed_chunkwise(q, k, v, beta, chunk_size, out):
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            gated_delta.chunked(qs, ks, vs, bs, None, S0, chunk_size)
+            delta.chunkwise.__wrapped__(qs, ks, vs, bs, initial_state=S0, chunk_size=chunk_size)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_static, _ = gated_delta.chunked(qs, ks, vs, bs, None, S0, chunk_size)
+        o_static, _ = delta.chunkwise.__wrapped__(qs, ks, vs, bs, initial_state=S0, chunk_size=chunk_size)
 
     def replay():
         graph.replay()

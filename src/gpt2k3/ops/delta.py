@@ -37,19 +37,25 @@ With ``T_c = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta)`` (the "UT transfo
 
 Three forms compute this. :func:`recurrent` is the definition, token by token.
 :func:`chunkwise_reference` is the derivation above in plain steps, one chunk after another (a
-triangular solve per chunk). :func:`chunkwise` is the fast form: one checked call into
-:func:`gpt2k3.ops.gated_delta.chunked`, the chunked core shared with Gated DeltaNet and KDA
-(DeltaNet is the gated delta rule with no decay), which inverts the unit lower-triangular matrix
-blockwise and batches all the work that does not depend on the state -- everything except
-``U_new`` and the state update -- over many chunks at once, leaving only ``T / C`` small steps
-sequential. The tests hold all three equal, and equal to flash-linear-attention's references.
+triangular solve per chunk). :func:`chunkwise` is the fast form, a loop over groups of chunks
+that calls the two steps of :mod:`gpt2k3.ops._chunked`: the UT/WY step
+(:func:`~gpt2k3.ops._chunked.intra_chunk`) for every chunk of a group at once, then the state
+pass (:func:`~gpt2k3.ops._chunked.pass_state`), the only sequential part, ``T / C`` small steps;
+the outputs of the group follow in one batch. Gated DeltaNet and KDA thread their decays
+through the same steps (:mod:`gpt2k3.ops.gated_delta`). The tests hold all three forms equal,
+and equal to flash-linear-attention's references.
+
+Each form is a pure body: it casts its inputs to float32 or wider, creates its state, and does
+its arithmetic. Its arguments are checked once, at its door (:func:`gpt2k3.checks.checked` with
+:func:`gpt2k3.checks.check_delta_rule_call`); a layer whose inputs are valid by construction
+calls the body, ``chunkwise.__wrapped__``, and skips the door's value scans.
 
 **Why ``beta |k|^2`` is in [0, 2].** One step multiplies the state by ``I - beta_t k_t^T k_t``,
 which has eigenvalue ``1 - beta_t |k_t|^2`` along ``k_t`` and 1 elsewhere. For a unit key,
 ``beta = 1`` replaces the stored value (a projection), ``beta = 2`` reflects it (a Householder
 reflection), and outside ``[0, 2]`` the eigenvalue leaves ``[-1, 1]`` and repeated writes amplify
 what is stored until the state overflows (keys of norm 10 with ``beta = 1`` give an all-NaN
-state within a few hundred tokens). Every function here raises ``ValueError`` unless
+state within a few hundred tokens). Every door here raises ``ValueError`` unless
 ``beta_t |k_t|^2`` is in ``[0, 2]`` for every token (with a relative slack for rounding): the
 layers L2-normalise the keys and take ``beta`` from a sigmoid, so ``beta in [0, 1]``.
 

@@ -23,11 +23,12 @@ follows flash-linear-attention), which is how they are produced (e.g. ``-softplu
 decays become sums of logs. With ``g = 0`` both forms are exactly DeltaNet, and a KDA gate
 that is equal across channels is exactly Gated DeltaNet.
 
-:func:`recurrent` is the definition token by token, a plain loop written here that shares nothing
-with the fast form but argument validation. :func:`chunkwise` is the WY / UT-transform algorithm
-of :mod:`gpt2k3.ops.delta` with the decays threaded through it: one checked call into the fast
-core :func:`chunked` (defined in ``gpt2k3.ops._chunked``, shared with DeltaNet, public here),
-which takes validated inputs and reads nothing back to the host. Inside a chunk, token ``j``'s write has decayed by
+:func:`recurrent` is the definition token by token, a plain loop that shares nothing with the
+fast form but the door's checks. :func:`chunkwise` is :func:`gpt2k3.ops.delta.chunkwise` with
+the decays threaded through its two steps: the UT/WY step becomes
+:func:`~gpt2k3.ops._chunked.intra_chunk_gated`, and the state pass decays the state over each
+chunk. :func:`chunked` (from ``gpt2k3.ops._chunked``) runs either body for callers that hold a
+state and a log decay side by side. Inside a chunk, token ``j``'s write has decayed by
 ``exp(g_i - g_j)`` by token ``i``, with ``g`` the chunk-local cumulative log decay:
 
 * **one decay per head** (Gated DeltaNet): the factor is a scalar per pair and leaves the dot
