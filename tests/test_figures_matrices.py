@@ -20,7 +20,7 @@ def png(fig):
 
 
 @pytest.mark.parametrize("build", [matrices.state_before_after, matrices.causal_attention_weights,
-                                   matrices.wy_ut_matrices])
+                                   matrices.wy_ut_matrices, matrices.chunkwise_steps])
 def test_builds_a_deterministic_figure(build):
     fig = build()
     assert isinstance(fig, Figure)
@@ -78,7 +78,7 @@ def test_bad_input(call, match):
 
 
 @pytest.mark.parametrize("build", [matrices.state_before_after, matrices.causal_attention_weights,
-                                   matrices.wy_ut_matrices])
+                                   matrices.wy_ut_matrices, matrices.chunkwise_steps])
 def test_a_picture_has_a_caption_and_a_description_and_no_title_of_its_own(build):
     """The web book prints the caption under the picture and gives the description to readers
     who cannot see it; the picture holds only its panels (no title to repeat the caption)."""
@@ -86,3 +86,11 @@ def test_a_picture_has_a_caption_and_a_description_and_no_title_of_its_own(build
     assert fig.caption and fig.alt and len(fig.alt) > len(fig.caption)
     assert "$" not in fig.alt and "\\" not in fig.alt
     assert fig._suptitle is None
+
+
+def test_chunkwise_steps_draws_every_chunk():
+    fig = matrices.chunkwise_steps(n_chunks=3, C=5)
+    assert torch.equal(fig.matrices["chunk_of_token"], torch.arange(3).repeat_interleave(5)[None])
+    assert "3 chunks of 5 tokens" in fig.caption and "S0 to S3" in fig.alt
+    with pytest.raises(ValueError, match="n_chunks"):
+        matrices.chunkwise_steps(n_chunks=0)

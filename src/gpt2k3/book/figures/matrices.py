@@ -9,7 +9,8 @@ more than a slider:
 * :func:`causal_attention_weights` -- the lower-triangular weight matrix of causal softmax
   attention (chapter 2/3, checked against :func:`gpt2k3.ops.softmax.parallel`);
 * :func:`wy_ut_matrices` -- one chunk's strictly lower ``diag(beta) K K^T``, its UT transform
-  and the WY factors (chapter 5, from :mod:`gpt2k3.ops.wy`).
+  and the WY factors (chapter 5, from :mod:`gpt2k3.ops.wy`);
+* :func:`chunkwise_steps` -- a schematic of the fast chunkwise form's three steps (chapter 5).
 
 Each returns a :class:`matplotlib.figure.Figure` built directly (``Figure()``, no pyplot and no
 global state), deterministic for its arguments, that renders as a PNG when it is the last
@@ -32,7 +33,7 @@ from gpt2k3.checks import check_int, check_number, check_positive_float
 from gpt2k3.experiments import memory
 from gpt2k3.ops import softmax, wy
 
-__all__ = ["state_before_after", "causal_attention_weights", "wy_ut_matrices"]
+__all__ = ["state_before_after", "causal_attention_weights", "wy_ut_matrices", "chunkwise_steps"]
 
 _CMAP = "RdBu_r"  # diverging: 0 is white, signs are colours
 
@@ -162,4 +163,57 @@ def wy_ut_matrices(C: int = 8, d: int = 6, seed: int = 0) -> Figure:
                          f"beta-weighted key products, their UT transform (lower triangular, {C}×{C}), "
                          f"and the dense {C}×{d} factors W and U."))
     fig.matrices.update(k=k, v=v, beta=beta[None])
+    return fig
+
+
+def chunkwise_steps(n_chunks: int = 4, C: int = 4) -> Figure:
+    """A schematic of the fast chunkwise form (chapter 5): the three steps of
+    :func:`gpt2k3.ops.delta.chunkwise` over ``n_chunks`` chunks of ``C`` tokens.
+
+    Top row: step 1, the UT/WY step (:func:`gpt2k3.ops._chunked.intra_chunk`), every chunk at
+    once, since none of it needs the state. Middle row: step 2, the state pass
+    (:func:`gpt2k3.ops._chunked.pass_state`), one small step per chunk, the only sequential part.
+    Bottom row: step 3, every chunk's outputs at once from the state that entered it.
+    ``fig.matrices["chunk_of_token"]`` holds the chunk index of each of the ``n_chunks * C``
+    tokens drawn.
+    """
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    n, C = check_int(n_chunks, "n_chunks", 1), check_int(C, "C", 1)
+    fig = _PNGFigure(figsize=(1.9 * n + 2.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_xlim(-2.3, 2.0 * n + 0.2)
+    ax.set_ylim(-0.2, 4.3)
+    ax.axis("off")
+    blue, orange, grey = "#1f77b4", "#ff7f0e", "#555555"
+
+    def box(x, y, text, color, w=1.5, h=0.62):
+        ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03",
+                                    fc="white", ec=color, lw=1.6))
+        ax.text(x, y, text, ha="center", va="center", fontsize=9)
+
+    def arrow(a, b, color=grey, style="-|>"):
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=11, color=color, lw=1.2))
+
+    for label, y in (("1. UT/WY step\nall chunks at once", 3.5), ("2. state pass\nchunk after chunk", 2.0),
+                     ("3. outputs\nall chunks at once", 0.5)):
+        ax.text(-2.2, y, label, ha="left", va="center", fontsize=9, color=grey)
+    for i in range(n):
+        x = 2.0 * i + 1.0
+        box(x, 3.5, f"chunk {i + 1}\n$W, U, P$", blue)
+        box(x, 0.5, "$O = Q S_{in} + P u$", blue, w=1.7)
+        ax.text(x - 1.0, 2.0, f"$S_{i}$", ha="center", va="center", fontsize=11,
+                bbox=dict(boxstyle="circle,pad=0.25", fc="white", ec=orange, lw=1.6))
+        arrow((x - 0.72, 2.0), (x + 0.72, 2.0), orange)  # S_i -> S_{i+1}
+        ax.text(x + 0.05, 1.84, r"$S \leftarrow S + K^\top (U - W S)$", ha="center", va="top", fontsize=7.5)
+        arrow((x, 3.5 - 0.33), (x, 2.05), blue)  # the chunk's W, U feed its step
+        arrow((x - 1.0, 2.0 - 0.3), (x - 0.45, 0.5 + 0.33), orange)  # S_in feeds the outputs
+    ax.text(2.0 * n, 2.0, f"$S_{n}$", ha="center", va="center", fontsize=11,
+            bbox=dict(boxstyle="circle,pad=0.25", fc="white", ec=orange, lw=1.6))
+    fig.matrices = {"chunk_of_token": torch.arange(n).repeat_interleave(C)[None]}
+    fig.caption = f"The chunkwise form's three steps over {n} chunks of {C} tokens"
+    fig.alt = (f"A schematic in three rows. Top: {n} boxes, one per chunk, each computing W, U and P "
+               f"at once. Middle: states S0 to S{n} in a chain, each arrow one chunk's update "
+               f"u = U - W S, fed by that chunk's box. Bottom: {n} boxes computing each chunk's "
+               f"outputs O = Q S_in + P u from the state that entered it.")
     return fig
