@@ -742,6 +742,30 @@ case("model.generate", lambda: {"model": _model(), "idx": torch.zeros(1, 3, dtyp
                    st.none()),
      temperature=st.one_of(st.floats(max_value=-1e-3, allow_nan=False), NON_FINITE, NOT_NUMBER),
      top_k=st.one_of(st.just(0), st.just(-1), st.just(1.5)))
+def _gpt2_config_bad():
+    from gpt2k3.config import GPTConfig
+    return st.one_of(st.none(), st.just(3), st.just(GPTConfig(**{**vars(_cfg()), "position": "none"})),
+                     st.just(GPTConfig(**{**vars(_cfg()), "tie_embeddings": False})))
+
+
+case("model.GPT2", lambda: {"config": _cfg()}, config=_gpt2_config_bad())
+
+
+def _attn_forward(fn, x, cache=None):
+    torch.manual_seed(0)
+    return fn(_cfg())(x, cache)
+
+
+def _foreign_cache():
+    from gpt2k3.cache import StateCache
+    return st.one_of(st.just(StateCache()), st.just(3), st.just("kv"))
+
+
+case("layers.attention.CausalSelfAttention", lambda: {"x": randn(2, 5, _cfg().n_embd)},
+     _attn_forward,
+     x=st.one_of(st.just(randn(2, 5, _cfg().n_embd + 1)), st.just(torch.zeros(2, 5, _cfg().n_embd, dtype=torch.long)),
+                 st.just(randn(5, _cfg().n_embd)), st.none()),
+     cache=_foreign_cache())
 case("cache.KVCache", {"batch": 1, "n_head": 2, "max_len": 8, "head_dim": 4}, batch=_batch,
      n_head=_batch, max_len=_batch, head_dim=_batch, dtype=st.just(torch.long))
 case("cache.ConcatKVCache", {"batch": 1, "n_head": 2, "head_dim": 4}, batch=_batch,
@@ -804,6 +828,13 @@ RECORDS = {"ChunkCost", "DecodeBytes", "Roofline", "ServingPlan", "ParamCount", 
 #: public callables outside the tables above, each with the reason
 SKIPPED = {
     "model.Block": "built by GPT from parts; GPTConfig's and the layers' cases cover its arguments",
+    "model.GPT2Block": "built by GPT2 from its config; the GPT2 and GPTConfig cases cover it",
+    "model.check_forward": "forward's door itself: the generate and GPT2 cases run through it",
+    "layers.attention.check_attention_call": "the attention layer's door itself: its case runs through it",
+    "layers.attention.GPT2Attention": "chapter 1's written-out attention, reached through GPT2.forward's "
+                                      "door; its subclass CausalSelfAttention's case covers the layer",
+    "layers.attention.RotaryCausalSelfAttention": "CausalSelfAttention's door (covered) plus rope_theta, "
+                                                  "checked by tests/test_text_lm.py",
     "layers.moe.dispatch": "the expert dispatch inside MoE.forward and LatentMoE.forward, whose "
                            "cases cover its input; its other arguments are the router's output",
     "ops.gated_delta.chunked": "the fast core the layers call on inputs valid by construction; its "

@@ -356,9 +356,52 @@ def test_a_batch_of_no_sequences_is_refused_naming_idx(model):
         generate(model, empty, 2)
 
 
-def test_forward_check_false_skips_only_the_checks(model):
+def test_forwards_body_is_the_door_without_its_checks(model):
+    """generate calls forward's body (the door checked the call once): the same logits."""
+    import inspect
     idx = torch.randint(0, 97, (2, 6), generator=torch.Generator().manual_seed(1))
-    assert torch.equal(model(idx, check=False), model(idx))
+    assert torch.equal(inspect.unwrap(GPT.forward)(model, idx), model(idx))
+    assert inspect.unwrap(GPT.forward) is not GPT.forward
+
+
+def test_gpt2_and_gpt_are_the_same_model_from_the_same_seed():
+    """Chapter 1's GPT2 and the general GPT with no parts: same modules, same order, so one seed
+    gives the same weights, the same state-dict keys and the same logits (written-out attention
+    against the fused kernel)."""
+    from gpt2k3.model import GPT2
+    config = GPTConfig(**TINY)
+    torch.manual_seed(3)
+    plain = GPT2(config).eval()
+    torch.manual_seed(3)
+    general = GPT(config).eval()
+    a, b = plain.state_dict(), general.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert plain.num_params() == general.num_params()
+    idx = torch.randint(0, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        torch.testing.assert_close(plain(idx), general(idx), rtol=1e-5, atol=1e-5)
+    greedy = generate(plain, idx, 5, use_cache=False, temperature=0)
+    assert torch.equal(greedy, generate(general, idx, 5, temperature=0))
+    with pytest.raises(ValueError, match="use_cache"):
+        generate(plain, idx, 2)  # GPT2 has no cache
+    with pytest.raises(ValueError, match="position"):
+        GPT2(GPTConfig(**{**TINY, "position": "none"}))
+
+
+def test_generate_with_a_cache_of_another_batch_blames_the_cache(model):
+    idx = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="cache was made for batch 1"):
+        generate(model, idx, 2, cache=model.new_cache(1, 8))
+
+
+def test_no_tokens_through_a_layer_give_an_empty_result():
+    from gpt2k3.layers.attention import CausalSelfAttention, GPT2Attention
+    config = GPTConfig(**TINY)
+    x = torch.zeros(2, 0, config.n_embd)
+    for layer in (GPT2Attention(config), CausalSelfAttention(config)):
+        assert layer(x).shape == (2, 0, config.n_embd)
+    with pytest.raises(ValueError, match="x must have shape"):
+        CausalSelfAttention(config)(torch.zeros(2, 3, config.n_embd + 1))
 
 
 def test_generate_refuses_a_model_that_gives_non_finite_logits():

@@ -138,7 +138,7 @@ def test_show_source_methods_classes_and_decorated_functions():
     bound, plain = show_source(model.forward), show_source(GPT.forward)
     assert bound.caption == plain.caption and bound.code == plain.code
     assert plain.caption.startswith("**`gpt2k3.model.GPT.forward`** · `gpt2k3/model.py`, lines ")
-    assert plain.code.startswith("def forward(")  # dedented
+    assert plain.code.startswith(("def forward(", "@checked(check_forward)\ndef forward("))  # dedented
     lines, start = inspect.getsourcelines(inspect.unwrap(generate))
     assert show_source(generate).caption.endswith(f"lines {start}–{start + len(lines) - 1}")
     cls = show_source(KVCache)
@@ -191,7 +191,10 @@ def test_trace_collects_package_code_in_call_order():
     out, pieces = trace(model, torch.zeros(1, 3, dtype=torch.long))
     assert out.shape == (1, 3, 16)
     names = [p.name for p in pieces]
-    assert names[0] == "gpt2k3.model.GPT.forward" and len(names) == len(set(names))
+    # the door (gpt2k3.checks.checked) runs its check first, then the body
+    assert names[:2] == ["gpt2k3.checks.checked", "gpt2k3.model.check_forward"]
+    assert "gpt2k3.model.GPT.forward" in names
+    assert len(names) == len(set(names))
     assert not any(n.startswith("gpt2k3.book") for n in names)
     for p in pieces:
         if p.obj is not None:

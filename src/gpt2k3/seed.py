@@ -1,8 +1,9 @@
 """The source worklog's snippets, reproduced with their bugs so the book can run, show and fix
 them. Nothing in the package calls these; each names the correct form that replaces it:
 
-* :func:`seed_cached_attention` -- the cached attention that builds no causal mask once the cache
-  holds anything (correct: :func:`gpt2k3.ops.softmax.parallel`, which builds
+* :func:`seed_cached_attention` -- the cached attention, right for the two cases its comments
+  name (a prefill into an empty cache, one-token decode steps), which leaves the mask of a chunk
+  arriving after the cache to its caller (:func:`gpt2k3.ops.softmax.parallel` builds
   :func:`gpt2k3.ops.softmax.causal_mask` itself);
 * :func:`seed_prefill` -- linear attention's prefill as the worklog wrote it, its normaliser
   repaired so that it runs at all, which leaves its causality bug (correct:
@@ -23,7 +24,9 @@ def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           mask: torch.Tensor | None = None,
                           past_kv: tuple[torch.Tensor, torch.Tensor] | None = None
                           ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The seed article's cached attention, reproduced to show its masking bug.
+    """The seed article's cached attention: right for a prefill into an empty cache and for
+    one-token decode steps, the two cases its comments name; a chunk after the cache needs a mask
+    from its caller.
 
     The snippet's attention between its projections, with its arguments in its order: ``q, k, v``
     ``(B, H, t, D)`` stand for what its ``qkv_proj`` produces, and the heads' outputs are returned
@@ -32,14 +35,15 @@ def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     query may see a key, as :func:`gpt2k3.ops.softmax.causal_mask` returns it), but nothing in it
     builds the ``t x (p + t)`` mask that a chunk of ``t > 1`` tokens needs after ``p`` cached ones.
     A whole prompt and one-token decode steps are right; a chunk after a non-empty cache whose
-    caller passes no mask lets every token attend to the chunk's later tokens -- its future.
-    :func:`gpt2k3.ops.softmax.parallel` builds that mask itself.
+    caller passes no mask lets every token attend to the chunk's later tokens -- its future. That
+    case is outside what the snippet claims; :func:`gpt2k3.ops.softmax.parallel` covers it by
+    building the offset mask itself.
     """
     if past_kv is not None:
         k = torch.cat((past_kv[0], k), dim=2)
         v = torch.cat((past_kv[1], v), dim=2)
     scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
-    if past_kv is None:  # the only mask it builds: none once a cache exists
+    if past_kv is None:  # the only mask it builds: a chunk after a cache needs the caller's
         t = q.shape[2]
         causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=q.device), diagonal=1)
         scores = scores.masked_fill(causal, float("-inf"))

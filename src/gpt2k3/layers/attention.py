@@ -1,34 +1,67 @@
-"""GPT-2's causal self-attention layer: projections around :func:`gpt2k3.ops.softmax.parallel`,
-with a :class:`gpt2k3.cache.KVCache` of its own.
+"""GPT-2's causal self-attention: the written-out form chapter 1 reads (:class:`GPT2Attention`),
+the same layer with a KV cache and the fused kernel (:class:`CausalSelfAttention`, chapter 2),
+and its rotary variant (:class:`RotaryCausalSelfAttention`).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn as nn
 
 from gpt2k3.cache import ConcatKVCache, KVCache
+from gpt2k3.checks import check_finite_number, check_float_tensor, checked
 from gpt2k3.config import GPTConfig
+from gpt2k3.layers.mla import apply_rope
 from gpt2k3.ops import softmax
 
+__all__ = ["GPT2Attention", "CausalSelfAttention", "RotaryCausalSelfAttention", "check_attention_call"]
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with one fused QKV projection (``c_attn``).
 
-    The token mixing itself is :func:`gpt2k3.ops.softmax.parallel`; this layer adds GPT-2's
-    projections and owns its cache, a :class:`gpt2k3.cache.KVCache` (:meth:`new_cache`); it
-    also accepts the seed's :class:`gpt2k3.cache.ConcatKVCache`. Nothing here reads a value
-    back to the host, so a decode step through it makes no host sync.
-    """
+class GPT2Attention(nn.Module):
+    """GPT-2's multi-head causal self-attention, written out: ``softmax(q k^T / sqrt(D) + M) v``
+    per head, with one fused projection ``c_attn`` for queries, keys and values."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.attn_dropout = config.dropout
+        self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
         self.n_embd = config.n_embd
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])  # (B, nh, T, T) scores
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~causal, float("-inf"))  # no position sees a later one
+        att = self.attn_dropout(att.softmax(dim=-1))  # each row: weights adding up to 1
+        y = att @ v  # (B, nh, T, hs): every position's weighted average of the values
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
+        return self.resid_dropout(self.c_proj(y))
+
+
+def check_attention_call(layer, x, cache=None) -> None:
+    """The door of :class:`CausalSelfAttention`'s ``forward``: ``x`` a float tensor ``(B, T,
+    n_embd)`` and ``cache`` ``None`` or a key-value cache. Shapes and types only (no host sync)."""
+    if check_float_tensor(x, "x", 3).shape[-1] != layer.n_embd:
+        raise ValueError(f"x must have shape (B, T, {layer.n_embd}), got {tuple(x.shape)}")
+    if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):
+        raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
+                         f"concat_cache), got {type(cache).__name__}")
+
+
+class CausalSelfAttention(GPT2Attention):
+    """:class:`GPT2Attention` with a KV cache of its own (:meth:`new_cache`, a
+    :class:`gpt2k3.cache.KVCache`; the seed's :class:`gpt2k3.cache.ConcatKVCache` works too) and
+    the fused kernel, :func:`gpt2k3.ops.softmax.parallel` (tested equal to the written-out form).
+    Nothing here reads a value back to the host, so a decode step through it makes no host sync.
+    """
 
     def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
                   device=None) -> KVCache:
@@ -38,25 +71,17 @@ class CausalSelfAttention(nn.Module):
                        dtype=w.dtype if dtype is None else dtype,
                        device=w.device if device is None else device)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
-        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):  # a host check
-            raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
-                             f"concat_cache), got {type(cache).__name__}")
+    @checked(check_attention_call)
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if cache is not None:  # write this chunk; attend over everything cached so far
+        if cache is not None:  # write this chunk's keys and values; read back every cached one
             k, v = cache.extend(k, v)
-        y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+        y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout.p if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))
-
-
-# Imported here rather than at the top so that the lines of GPT-2's layer above, which
-# chapter 1 shows with their line numbers, stay where they are.
-from gpt2k3.checks import check_finite_number  # noqa: E402
-from gpt2k3.layers.mla import apply_rope  # noqa: E402
 
 
 class RotaryCausalSelfAttention(CausalSelfAttention):
@@ -69,8 +94,8 @@ class RotaryCausalSelfAttention(CausalSelfAttention):
     and Hugging Face (``interleave=False``), pair ``i`` of a head turned by ``position *
     rope_theta ** (-2 i / head_dim)``. The cache stores rotated keys, so a decode step rotates
     only the new query and key, at positions from ``cache.length``. A deliberate second forward:
-    GPT-2's, with the two lines that rotate ``q`` and ``k`` added (chapter 11 shows the diff);
-    GPT-2's own layer is left exactly as it is.
+    the cached layer's, with the two lines that rotate ``q`` and ``k`` added (chapter 11 shows
+    the diff).
     """
 
     def __init__(self, config: GPTConfig, rope_theta: float = 10000.0):
@@ -80,10 +105,8 @@ class RotaryCausalSelfAttention(CausalSelfAttention):
                              f"{config.head_dim}")
         self.rope_theta = check_finite_number(rope_theta, "rope_theta", 1)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | ConcatKVCache | None = None) -> torch.Tensor:
-        if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):  # a host check
-            raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
-                             f"concat_cache), got {type(cache).__name__}")
+    @checked(check_attention_call)
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         # (B, T, C) -> (B, nh, T, hs): heads become a batch dimension
@@ -91,8 +114,8 @@ class RotaryCausalSelfAttention(CausalSelfAttention):
         past = cache.length if cache is not None else 0  # rotate by position, from the cache's end
         q, k = (apply_rope(t, torch.arange(past, past + T), self.rope_theta, interleave=False)
                 for t in (q, k))
-        if cache is not None:  # write this chunk; attend over everything cached so far
+        if cache is not None:  # write this chunk's keys and values; read back every cached one
             k, v = cache.extend(k, v)
-        y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0)
+        y = softmax.parallel(q, k, v, dropout_p=self.attn_dropout.p if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble the heads side by side
         return self.resid_dropout(self.c_proj(y))

@@ -59,7 +59,6 @@ class SwiGLU(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-# ============================================================================ 4. SiTU-GLU
 def situ_reference(gate: float, up: float, beta: float = SITU_BETA,
                    linear_beta: float = SITU_LINEAR_BETA) -> float:
     """SiTU-GLU of one pair of plain floats: the definition, written once more with ``math``.
@@ -70,7 +69,6 @@ def situ_reference(gate: float, up: float, beta: float = SITU_BETA,
     e = math.exp(-abs(gate))
     sigmoid = 1 / (1 + e) if gate >= 0 else e / (1 + e)
     return beta * math.tanh(gate / beta) * sigmoid * linear_beta * math.tanh(up / linear_beta)
-
 
 
 def situ(gate: torch.Tensor, up: torch.Tensor, beta: float = SITU_BETA,
@@ -90,7 +88,6 @@ def situ(gate: torch.Tensor, up: torch.Tensor, beta: float = SITU_BETA,
     if linear_beta is not None:
         u = linear_beta * torch.tanh(u / linear_beta)
     return (g * u).to(gate.dtype)
-
 
 
 class SituGLU(nn.Module):

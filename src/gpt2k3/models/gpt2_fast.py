@@ -11,17 +11,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt2k3.checks import check_positive_int, check_sampling, check_token_ids
-from gpt2k3.layers.attention import CausalSelfAttention
+from gpt2k3.layers.attention import CausalSelfAttention, GPT2Attention
 from gpt2k3.layers.mlp import MLP
-from gpt2k3.model import GPT, sample
+from gpt2k3.model import GPT2, sample
 
 
 class FastDecoder:
     """Cached decoding of a plain GPT-2 at the memory-bandwidth limit of a CPU.
 
     :func:`generate` with a :class:`KVCache` is the decode loop chapter 2 teaches: readable,
-    module by module. This class computes the same thing for a :class:`GPT` built with
-    GPT-2's own attention, rearranged for speed at small batch, where a decode step is a chain
+    module by module. This class computes the same thing for a :class:`GPT2` (or a :class:`GPT` built with
+    GPT-2's own parts), rearranged for speed at small batch, where a decode step is a chain
     of matrix-vector products whose cost is the bytes of weights they stream:
 
     * **each weight in the layout that streams fastest.** ``nn.Linear`` stores ``(out, in)``
@@ -47,19 +47,19 @@ class FastDecoder:
     are not seen by the decoder, and it always decodes as in ``eval()`` mode (no dropout).
 
     Args:
-        model: a :class:`GPT` whose blocks use GPT-2's causal self-attention (the default).
+        model: a :class:`GPT2`, or a :class:`GPT` with GPT-2's parts (the default).
         max_len: longest sequence (prompt + new tokens) it decodes; defaults to the block size.
         batch: sequences decoded together.
     """
 
-    def __init__(self, model: GPT, max_len: int | None = None, batch: int = 1):
-        if not isinstance(model, GPT):
-            raise ValueError(f"model must be a GPT, got {type(model).__name__}")
-        if not all(type(b.attn) is CausalSelfAttention and type(b.mlp) is MLP
+    def __init__(self, model: GPT2, max_len: int | None = None, batch: int = 1):
+        if not isinstance(model, GPT2):
+            raise ValueError(f"model must be a GPT2 or GPT, got {type(model).__name__}")
+        if not all(type(b.attn) in (GPT2Attention, CausalSelfAttention) and type(b.mlp) is MLP
                    and b.mlp.c_fc.out_features == 4 * model.config.n_embd
                    and isinstance(b.mlp.act, nn.GELU) and b.mlp.act.approximate == "tanh"
                    and type(b.ln_1) is nn.LayerNorm and type(b.ln_2) is nn.LayerNorm
-                   for b in model.transformer.h) or model.residual is not None \
+                   for b in model.transformer.h) or getattr(model, "residual", None) is not None \
                 or "wpe" not in model.transformer or not model.config.tie_embeddings:
             raise ValueError("model must be a plain GPT-2: causal self-attention, the 4x tanh-GELU MLP and "
                              "LayerNorm in every block, learned positions, a tied head and the "

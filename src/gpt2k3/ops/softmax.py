@@ -28,9 +28,10 @@ Unlike the linear mixers (which take features and apply no scale, see
 the scale is an explicit argument; its default ``1/sqrt(Dk)`` makes :func:`parallel` equal to
 GPT-2's attention.
 
-Each form checks its arguments with one call, :func:`gpt2k3.checks.check_attention`, which reads
-shapes and dtypes but no value: it never waits for the device, so a decode step can afford it,
-and the public function is the one to time. Whether the values are finite is checked at the
+Each form checks its arguments at its door (:func:`gpt2k3.checks.checked` with
+:func:`gpt2k3.checks.check_attention`, outside the body), which reads shapes and dtypes but no
+value: it never waits for the device, so a decode step can afford it, and the public function
+is the one to time. Whether the values are finite is checked at the
 front doors -- a layer's input, and a KV cache when an entry is written -- not here, where it
 would read the whole cache again on every decode step.
 """
@@ -40,7 +41,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_attention, check_int, compute_dtype
+from gpt2k3.checks import check_attention, check_int, checked, compute_dtype
 
 __all__ = ["parallel", "recurrent", "causal_mask"]
 
@@ -58,6 +59,7 @@ def causal_mask(t: int, past: int, device=None) -> torch.Tensor:
     return k_pos <= q_pos
 
 
+@checked(check_attention)
 def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0) -> torch.Tensor:
     """Causal softmax attention of the last ``Tq`` positions over all ``Tk``: the fast form.
 
@@ -76,7 +78,6 @@ def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0) -> 
         accumulate half-precision inputs in float32 themselves, and casting a long KV cache up
         would copy it on every decode step).
     """
-    check_attention(q, k, v, scale, dropout_p)
     Tq, Tk = q.shape[2], k.shape[2]
     if Tq == Tk:  # a whole sequence: plain causal attention
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
@@ -93,12 +94,13 @@ def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0) -> 
                                           dropout_p=dropout_p)
 
 
+@checked(check_attention)
 def recurrent(q, k, v, *, scale: float | None = None) -> torch.Tensor:
     """Causal softmax attention one query at a time: the definition, the reference form.
 
     Query ``t`` (absolute position ``p = Tk - Tq + t``) meets the cache of every key and value
     up to ``p``: scores ``s q_t . k_j``, their softmax, the weighted sum of ``v_0 .. v_p``. Shares
-    nothing with :func:`parallel` but the argument check.
+    nothing with :func:`parallel` but the door's argument check.
 
     Args:
         q, k, v, scale: as in :func:`parallel`.
@@ -106,7 +108,6 @@ def recurrent(q, k, v, *, scale: float | None = None) -> torch.Tensor:
     Returns:
         ``o`` of shape ``(B, H, Tq, Dv)`` in the input dtype (computed in at least float32).
     """
-    check_attention(q, k, v, scale)
     dtype, scale = q.dtype, q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v = (x.to(compute_dtype(q)) for x in (q, k, v))
     past = k.shape[2] - q.shape[2]  # keys cached before the first query

@@ -9,10 +9,10 @@ import torch
 
 from gpt2k3.accounting import count_params
 from gpt2k3.accounting import ArchSpec
-from gpt2k3.cache import ModelCache
-from gpt2k3.model import GPT
+from gpt2k3.checks import check_bool, checked
+from gpt2k3.model import GPT2, check_forward
 
-__all__ = ["gpt2_param_terms", "gpt2_per_block", "vocab_swap", "forward_last_only", "head_share"]
+__all__ = ["gpt2_param_terms", "gpt2_per_block", "vocab_swap", "forward_last_only", "check_last_only", "head_share"]
 
 
 def gpt2_per_block(d: int) -> int:
@@ -52,24 +52,20 @@ def vocab_swap(spec: ArchSpec, vocab_size: int, tied: bool) -> dict[str, float]:
             "blocks": c.breakdown["attention"] + c.breakdown["MLP"] + c.breakdown["norms"]}
 
 
-def forward_last_only(self: GPT, idx: torch.Tensor, cache: ModelCache | None = None, *,
-                      check: bool = True, last_only: bool = False) -> torch.Tensor:
-    """Exercise 1.3: :meth:`gpt2k3.model.GPT.forward` with ``last_only``: the head runs on the
+def check_last_only(self, idx, *, last_only=False) -> None:
+    """:func:`forward_last_only`'s door: ``GPT2.forward``'s, and ``last_only`` a bool."""
+    check_forward(self, idx)
+    check_bool(last_only, "last_only")
+
+
+@checked(check_last_only)
+def forward_last_only(self: GPT2, idx: torch.Tensor, *, last_only: bool = False) -> torch.Tensor:
+    """Exercise 1.3: :meth:`gpt2k3.model.GPT2.forward` with ``last_only``: the head runs on the
     last position alone, ``(B, 1, vocab_size)``, the only logits a decode step samples from."""
-    if check:
-        self.check_tokens(idx, cache)
-    past = cache.length if cache is not None else 0
-    x = self.transformer.wte(idx)
-    if "wpe" in self.transformer:
-        pos = torch.arange(past, past + idx.shape[1], dtype=torch.long, device=idx.device)
-        x = x + self.transformer.wpe(pos)
-    x = self.transformer.drop(x)
-    caches = cache.layers if cache is not None else [None] * len(self.transformer.h)
-    if self.residual is None:
-        for block, layer_cache in zip(self.transformer.h, caches):
-            x = block(x, layer_cache)
-    else:
-        x = self.residual(self.transformer.h, x, caches)
+    pos = torch.arange(idx.shape[1], device=idx.device)  # positions 0 .. T-1
+    x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+    for block in self.transformer.h:
+        x = block(x)
     if last_only:  # every earlier position's logits would be computed only to be thrown away
         x = x[:, -1:]
     return self.lm_head(self.transformer.ln_f(x))
