@@ -129,7 +129,7 @@ def test_gated_nope_mla_cached_decodes_equal_the_full_forward():
     naive, absorbed = m.new_cache(2, 10), m.new_cache(2, 10)
     first = m.prefill(x[:, :3], naive)
     m.prefill(x[:, :3], absorbed)
-    dn = torch.stack([m.decode_naive(x[:, i], naive) for i in range(3, 10)], 1)
+    dn = torch.stack([m.extend(x[:, i], naive) for i in range(3, 10)], 1)
     da = torch.stack([m.decode_absorbed(x[:, i], absorbed) for i in range(3, 10)], 1)
     torch.testing.assert_close(first, full[:, :3], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(dn, full[:, 3:], rtol=1e-12, atol=1e-12)

@@ -48,7 +48,7 @@ def test_prefill_and_both_decodes_match_forward(overrides):
         torch.testing.assert_close(model.prefill(x[:, :T0], naive), ref[:, :T0], rtol=0, atol=1e-12)
         model.prefill(x[:, :T0], absorbed)
         for t in range(T0, T):
-            y_naive = model.decode_naive(x[:, t], naive)
+            y_naive = model.extend(x[:, t], naive)
             y_abs = model.decode_absorbed(x[:, t], absorbed)
             assert y_naive.shape == (B, model.cfg.d_model)
             torch.testing.assert_close(y_naive, ref[:, t], rtol=0, atol=1e-12)
@@ -150,8 +150,8 @@ def test_writing_past_max_len_raises():
     assert cache.length == 0
     with torch.no_grad():
         model.prefill(x[:, :3], cache)
-        model.decode_naive(x[:, 3], cache)
-    for decode in (model.decode_naive, model.decode_absorbed):
+        model.extend(x[:, 3], cache)
+    for decode in (model.extend, model.decode_absorbed):
         with pytest.raises(ValueError, match="max_len"):
             decode(x[:, 4], cache)
     assert cache.length == 4
@@ -209,7 +209,7 @@ def test_forward_with_a_cache_continues_the_sequence(absorb):
     x = torch.randn(2, 10, model.cfg.d_model, dtype=torch.float64)
     paths = []
     model.decode_absorbed = (lambda f: lambda *a: paths.append("absorbed") or f(*a))(model.decode_absorbed)
-    model.decode_naive = (lambda f: lambda *a: paths.append("naive") or f(*a))(model.decode_naive)
+    model.extend = (lambda f: lambda *a: paths.append("naive") or f(*a))(model.extend)
     with torch.no_grad():
         ref = model(x)
         cache = model.new_cache(2, 10)
@@ -403,3 +403,22 @@ def test_mla_cache_variants_and_figure():
         mla_cache(batches=(0,))
     with pytest.raises(ValueError, match="max_context"):
         mla_cache(max_context=10)
+
+
+def test_decode_naive_is_the_old_name_of_extend():
+    assert MLA.decode_naive is MLA.extend
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, p: apply_rope(x[..., :5], p, 100.0, True), "d even"),
+    (lambda x, p: apply_rope(x, p, 100.0, "no"), "interleave"),
+    (lambda x, p: apply_rope(x, p, 100.0, 0), "interleave"),
+    (lambda x, p: apply_rope(x, p[:-1], 100.0, True), "positions"),
+    (lambda x, p: apply_rope(x, p, float("nan"), True), "theta"),
+    (lambda x, p: apply_rope(x.long(), p, 100.0, True), "float"),
+])
+def test_apply_rope_front_door(call, match):
+    """An odd head size used to return a wider tensor, and interleave='no' to interleave."""
+    x, p = torch.randn(2, 3, 6, dtype=torch.float64), torch.arange(3)
+    with pytest.raises(ValueError, match=match):
+        call(x, p)

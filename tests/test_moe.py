@@ -318,3 +318,125 @@ def test_routing_explorer_redraws_and_reports_bad_settings():
     box.render = lambda **kw: (_ for _ in ()).throw(ValueError("top_k must be <= n_experts"))
     box.redraw()
     assert "top_k" in box.current.value
+
+
+# ------------------------------------------------------------------ Quantile Balancing
+from gpt2k3.layers.moe import (dispatch, dispatch_dense, quantile_bias,  # noqa: E402
+                               quantile_bias_histogram, quantile_bias_reference)
+
+
+def _skewed_scores(m, n, skew, g, dtype=torch.float64):
+    u = torch.randn(n, generator=g, dtype=dtype)
+    return lambda: torch.sigmoid(skew * u + torch.randn(m, n, generator=g, dtype=dtype))
+
+
+def _load(s, b, k):
+    return torch.bincount((s + b).topk(k, dim=-1).indices.flatten(), minlength=s.shape[1])
+
+
+def test_quantile_balancing_worked_example_balances_4310_to_2222():
+    """The report's Fig. 5 shape: 8 tokens, 4 experts, k = 1."""
+    from gpt2k3.book.figures.k3_adds import QB_EXAMPLE_SCORES, qb_worked_example
+
+    s = torch.tensor(QB_EXAMPLE_SCORES, dtype=torch.float64)
+    b = torch.zeros(4, dtype=torch.float64)
+    assert _load(s, b, 1).tolist() == [4, 3, 1, 0]
+    new = quantile_bias(s, b, 1)
+    assert _load(s, new, 1).tolist() == [2, 2, 2, 2]
+    torch.testing.assert_close(new, torch.tensor([-0.1375, -0.0375, 0.0625, 0.1125], dtype=torch.float64))
+    torch.testing.assert_close(new, quantile_bias_reference(s, b, 1))
+    assert abs(float(new.sum())) < 1e-12                      # mean-centred
+    ex = qb_worked_example()
+    assert ex["load_before"] == [4, 3, 1, 0] and ex["load_after"] == [2, 2, 2, 2]
+    # each expert's threshold is its 3rd largest margin: exactly q = m k / n = 2 stay above it
+    threshold = ex["margins"].sort(0, descending=True).values[2]
+    assert ((ex["margins"] > threshold).sum(0) == 2).all()
+    torch.testing.assert_close(new, threshold.mean() - threshold)
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 8, 2), (100, 12, 3), (37, 5, 1), (256, 64, 4)])
+def test_quantile_bias_fast_equals_reference_and_histogram_within_a_bin(m, n, k):
+    g = torch.Generator().manual_seed(m + n + k)
+    s = _skewed_scores(m, n, 1.0, g)()
+    b = 0.05 * torch.randn(n, generator=g, dtype=torch.float64)
+    exact = quantile_bias(s, b, k)
+    torch.testing.assert_close(exact, quantile_bias_reference(s, b, k), rtol=0, atol=1e-15)
+    for bins in (64, 512):
+        width = float((1 - b.min()) - (-1 - b.max())) / bins
+        est = quantile_bias_histogram(s, b, k, bins)
+        # each threshold within one bin; centring moves every bias by the same mean error
+        assert float((est - exact).abs().max()) <= 2 * width
+        assert abs(float(est.sum())) < 1e-9
+
+
+def test_quantile_balancing_balances_a_skewed_router_where_the_sign_rule_does_not():
+    """64 experts, top-4, fresh batches: a few QB updates bring max/mean load near 1; the
+    sign rule at DeepSeek-V3's step (0.001) has hardly moved."""
+    n, k, m = 64, 4, 4096
+    g = torch.Generator().manual_seed(0)
+    batch = _skewed_scores(m, n, 1.5, g)
+    router = Router(MoEConfig(d_model=1, n_routed_experts=n, n_shared_experts=0, top_k=k,
+                              d_expert=1)).double()
+    qb = hb = torch.zeros(n, dtype=torch.float64)
+    q = m * k / n
+    first = None
+    for _ in range(5):
+        s = batch()
+        ld_qb, ld_hb = _load(s, qb, k), _load(s, hb, k)
+        ld_sign = _load(s, router.e_score_correction_bias, k)
+        first = first or float(ld_sign.max()) / q
+        qb = quantile_bias(s, qb, k)
+        hb = quantile_bias_histogram(s, hb, k, 256)   # the histogram form balances as well
+        router.update_bias(ld_sign, 1e-3)
+    assert first > 3
+    for ld in (ld_qb, ld_hb):
+        assert float(ld.max()) / q < 1.4 and int((ld == 0).sum()) == 0  # sampling noise: ~1.2
+    assert float(ld_sign.max()) / q > 3 and int((ld_sign == 0).sum()) > 0
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda s, b: quantile_bias(s[0], b, 2), "scores"),
+    (lambda s, b: quantile_bias(s, b[:-1], 2), "bias"),
+    (lambda s, b: quantile_bias(s, b, 0), "k"),
+    (lambda s, b: quantile_bias(s, b, 8), "k"),
+    (lambda s, b: quantile_bias(s, b, True), "k"),
+    (lambda s, b: quantile_bias(s.long(), b, 2), "scores"),
+    (lambda s, b: quantile_bias(s[:0], b, 2), "scores"),
+    (lambda s, b: quantile_bias(s.index_fill(0, torch.tensor([1]), float("nan")), b, 2), "finite"),
+    (lambda s, b: quantile_bias_reference(s, b.fill_(float("inf")), 2), "finite"),
+    (lambda s, b: quantile_bias_histogram(s, b, 2, 1), "bins"),
+    (lambda s, b: quantile_bias_histogram(s, b, 2, 2.5), "bins"),
+])
+def test_quantile_bias_front_doors(call, match):
+    s, b = torch.rand(16, 8, dtype=torch.float64), torch.zeros(8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=match):
+        call(s, b)
+
+
+@pytest.mark.parametrize("step", [float("nan"), float("inf"), -1e-3, 0.0, "0.001", True])
+def test_update_bias_refuses_a_bad_step_and_keeps_the_bias(step):
+    router = Router(MoEConfig(**BASE))
+    with pytest.raises(ValueError, match="step"):
+        router.update_bias(torch.tensor([10, 0, 5, 5, 5, 5, 5, 5]), step=step)
+    assert torch.equal(router.e_score_correction_bias, torch.zeros(8))
+
+
+def test_update_bias_refuses_a_load_of_the_wrong_shape():
+    router = Router(MoEConfig(**BASE))
+    with pytest.raises(ValueError, match="load"):
+        router.update_bias(torch.ones(7), step=0.01)
+
+
+def test_dense_dispatch_equals_the_sorted_dispatch():
+    """The decode step's form (every expert on every token, no host read) equals the batched one."""
+    model = make()
+    x = torch.randn(20, model.cfg.d_model, dtype=torch.float64)
+    with torch.no_grad():
+        w, i = model.gate(x)
+        torch.testing.assert_close(dispatch_dense(x, w, i, model.experts),
+                                   dispatch(x, w, i, model.experts), rtol=0, atol=1e-12)
+        one = x[:1]                                  # 2 routes < 8 experts: dispatch goes dense
+        w1, i1 = model.gate(one)
+        torch.testing.assert_close(dispatch(one, w1, i1, model.experts),
+                                   model.forward_loop_reference(one[None])[0] -
+                                   model.shared_experts(one), rtol=0, atol=1e-12)

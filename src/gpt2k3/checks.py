@@ -675,10 +675,13 @@ def output_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def check_layer_input(value, name: str, width: int, dtype: torch.dtype | None = None,
-                      ndim: int = 3, shape: str = "(B, T, n_embd)") -> torch.Tensor:
+                      ndim: int = 3, shape: str = "(B, T, n_embd)", *,
+                      finite: bool = True) -> torch.Tensor:
     """A layer's input: a finite floating tensor of ``ndim`` dimensions whose last is ``width``,
     with at least one sequence, in the layer's parameter ``dtype`` if given (a float64 input to
-    a float32 layer is an error that says which dtype to use, not a matmul ``RuntimeError``)."""
+    a float32 layer is an error that says which dtype to use, not a matmul ``RuntimeError``).
+    ``finite=False`` checks shape and dtype only: no value scan, so no host sync (a layer that
+    runs inside a decode step)."""
     if not isinstance(value, torch.Tensor) or value.ndim != ndim or value.shape[-1] != width:
         got = _fmt(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
         raise ValueError(f"{name} must have shape {shape} with last size {width}, got {got}")
@@ -690,7 +693,7 @@ def check_layer_input(value, name: str, width: int, dtype: torch.dtype | None = 
         raise ValueError(f"{name} must have the layer's dtype {dtype} (convert the input with "
                          f"x.to({dtype}) or the layer with layer.to({value.dtype})), got "
                          f"{value.dtype}")
-    return check_finite(value, name)
+    return check_finite(value, name) if finite else value
 
 
 def check_token_ids(idx, vocab_size: int, name: str = "idx") -> tuple[int, int]:

@@ -32,8 +32,9 @@ roped ``k_rope``: ``kv_lora_rank + qk_rope_head_dim`` numbers (576 for DeepSeek-
 
 Two equivalent decode paths read that cache:
 
-* :meth:`MLA.decode_naive` decompresses ``k_nope`` and ``v`` for every cached position with
-  ``kv_b_proj`` and then runs ordinary attention.
+* :meth:`MLA.extend` decompresses ``k_nope`` and ``v`` for every cached position with
+  ``kv_b_proj`` and then runs ordinary attention (it is also the prefill: any number of new
+  tokens; ``decode_naive`` is its old name, kept as an alias).
 * :meth:`MLA.decode_absorbed` uses associativity instead. Writing ``W_UK_h`` for the
   ``(qk_nope_head_dim, kv_lora_rank)`` key block of ``kv_b_proj`` and ``W_UV_h`` for the value
   block, ``q_nope_h . (W_UK_h c_s) = (W_UK_h^T q_nope_h) . c_s``: the key up-projection is folded
@@ -68,7 +69,7 @@ import torch
 from torch import nn
 
 from gpt2k3.cache import LayerCache
-from gpt2k3.checks import check_layer_input, check_positive_int
+from gpt2k3.checks import check_bool, check_layer_input, check_positive_int, checked
 from gpt2k3.layers.norms import RMSNorm
 
 __all__ = ["MLAConfig", "MLA", "LatentCache", "apply_rope", "latent_numbers_per_token", "mha_equivalent_numbers_per_token", "compare_decodes"]
@@ -203,6 +204,23 @@ def mha_equivalent_numbers_per_token(cfg: MLAConfig) -> int:
     return cfg.n_heads * (cfg.qk_head_dim + cfg.v_head_dim)
 
 
+def check_rope(x, positions, theta, interleave) -> None:
+    """:func:`apply_rope`'s door: ``x`` a float tensor ``(..., T, d)`` with ``d`` even,
+    ``positions`` ``(T,)``, ``theta`` a finite number > 1, ``interleave`` a bool."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2 \
+            or x.shape[-1] % 2:
+        raise ValueError(f"x must be a float tensor (..., T, d) with d even (RoPE rotates "
+                         f"pairs), got {getattr(x, 'shape', type(x).__name__)}")
+    if not isinstance(positions, torch.Tensor) or tuple(positions.shape) != (x.shape[-2],):
+        raise ValueError(f"positions must be a tensor of shape (T={x.shape[-2]},), got "
+                         f"{getattr(positions, 'shape', type(positions).__name__)}")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) \
+            or not 1 < theta < math.inf:
+        raise ValueError(f"theta must be a finite number > 1, got {theta!r}")
+    check_bool(interleave, "interleave")
+
+
+@checked(check_rope)
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float, interleave: bool) -> torch.Tensor:
     """Rotate the last dim of ``x`` (size ``d``, even) by RoPE at integer ``positions``.
 
@@ -301,7 +319,7 @@ class MLA(nn.Module):
     """
 
     #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
-    #: several tokens, and every step when False, use the expanded form (:meth:`decode_naive`)
+    #: several tokens, and every step when False, use the expanded form (:meth:`extend`)
     absorb: bool = True
 
     def __init__(self, cfg: MLAConfig) -> None:
@@ -333,7 +351,7 @@ class MLA(nn.Module):
             self._check_x(x)
             return self._attend_expanded(x, *self._latents(x, 0), q_start=0)
         one_token = isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == 1
-        return (self.decode_absorbed if self.absorb and one_token else self.decode_naive)(x, cache)
+        return (self.decode_absorbed if self.absorb and one_token else self.extend)(x, cache)
 
     def new_cache(self, batch_size: int, max_len: int | None = None, *,
                   dtype: torch.dtype | None = None,
@@ -355,21 +373,24 @@ class MLA(nn.Module):
         cached sequence (chunked prefill).
         """
         self._check_x(x)
-        return self.decode_naive(x, cache)
+        return self.extend(x, cache)
 
-    def decode_naive(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
-        """Decode step that decompresses K and V for every cached position, then attends.
+    def extend(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
+        """The expanded form over a cache: append the latents of ``x_t``, decompress K and V for
+        every cached position, attend. A prefill, a chunk of one, or a decode step.
 
         ``x_t`` is ``(B, d_model)`` (one token; output ``(B, d_model)``) or ``(B, T, d_model)``
-        (``T`` tokens continuing the cache, causal among themselves). The new latents are
-        appended to ``cache`` first.
+        (``T`` tokens continuing the cache, causal among themselves).
         """
         x, start, squeeze = self._append(x_t, cache)
         out = self._attend_expanded(x, *cache.view(), q_start=start)
         return out[:, 0] if squeeze else out
 
+    #: the old name of :meth:`extend` (it was never only a decode step)
+    decode_naive = extend
+
     def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
-        """:meth:`decode_naive` with the up-projections absorbed (same inputs, outputs and cache
+        """:meth:`extend` with the up-projections absorbed (same inputs, outputs and cache
         update): attention runs in the latent space, ``O(H S (kv_lora_rank + qk_rope_head_dim))``
         work per new token, and no per-head key or value of a past token is ever formed."""
         x, start, squeeze = self._append(x_t, cache)
@@ -388,7 +409,7 @@ class MLA(nn.Module):
     # ------------------------------------------------------------------ building blocks
     def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
         check_layer_input(x, name, self.cfg.d_model, self.kv_a_proj_with_mqa.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})")
+                          shape=f"(B, T, d_model={self.cfg.d_model})", finite=False)
 
     def _append(self, x_t: torch.Tensor, cache: LatentCache) -> tuple[torch.Tensor, int, bool]:
         """Both decode forms' front door: check one token ``(B, d_model)`` or a block ``(B, T,
@@ -479,7 +500,7 @@ def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str
     """Decode ``x`` ``(B, T, d_model)`` token by token with both paths and compare.
 
     The first ``n_prefill`` tokens are prefilled into two fresh caches; every later token is
-    decoded once with :meth:`MLA.decode_naive` and once with :meth:`MLA.decode_absorbed`.
+    decoded once with :meth:`MLA.extend` and once with :meth:`MLA.decode_absorbed`.
     Returns the largest absolute differences over all decoded outputs: ``"naive_vs_absorbed"``,
     ``"naive_vs_forward"`` and ``"absorbed_vs_forward"`` (against the training form
     :meth:`MLA.forward` on the whole sequence), plus ``"scale"``, the largest absolute output,
@@ -493,7 +514,7 @@ def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str
     naive_cache, absorbed_cache = model.new_cache(x.shape[0], t), model.new_cache(x.shape[0], t)
     model.prefill(x[:, :n_prefill], naive_cache)
     model.prefill(x[:, :n_prefill], absorbed_cache)
-    naive = torch.stack([model.decode_naive(x[:, i], naive_cache) for i in range(n_prefill, t)], 1)
+    naive = torch.stack([model.extend(x[:, i], naive_cache) for i in range(n_prefill, t)], 1)
     absorbed = torch.stack([model.decode_absorbed(x[:, i], absorbed_cache)
                             for i in range(n_prefill, t)], 1)
 

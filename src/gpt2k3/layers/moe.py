@@ -41,11 +41,13 @@ from torch import nn
 
 from gpt2k3.accounting.k3_mechanisms import SITU_BETA, SITU_LINEAR_BETA
 from gpt2k3.archs import K3_RMS_NORM_EPS
-from gpt2k3.checks import check_finite_number, check_int, check_layer_input
+from gpt2k3.checks import (check_finite_number, check_float_tensor, check_int,
+                           check_layer_input, checked)
 from gpt2k3.layers.mlp import SituGLU, SwiGLU
 from gpt2k3.layers.norms import RMSNorm
 
-__all__ = ["MoEConfig", "Router", "dispatch", "MoE", "LatentMoEConfig", "LatentMoE"]
+__all__ = ["MoEConfig", "Router", "dispatch", "dispatch_dense", "MoE", "LatentMoEConfig",
+           "LatentMoE", "quantile_bias", "quantile_bias_reference", "quantile_bias_histogram"]
 
 
 @dataclass
@@ -177,7 +179,7 @@ class Router(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Route tokens ``x`` ``(N, d_model)``; return ``weights`` and ``indices``, both ``(N, top_k)``."""
         check_layer_input(x, "x", self.cfg.d_model, self.weight.dtype, ndim=2,
-                          shape=f"(N, d_model={self.cfg.d_model})")
+                          shape=f"(N, d_model={self.cfg.d_model})", finite=False)
         cfg = self.cfg
         s = self.scores(x)
         choice = s + self.e_score_correction_bias.to(s.dtype) if cfg.score_func == "sigmoid" else s
@@ -208,9 +210,97 @@ class Router(nn.Module):
         """DeepSeek-V3's auxiliary-loss-free balancing step: ``b_e += step * sign(mean load - load_e)``.
 
         Overloaded experts become less likely to be selected, underloaded ones more likely.
+        ``load`` is ``(n_routed_experts,)`` tokens per expert (``MoE.last_load``); ``step`` a
+        finite number ``> 0`` (a NaN step would turn every bias into NaN, and the bias is saved
+        with the model). :func:`quantile_bias` is Kimi K3's replacement for this rule.
         """
+        n = self.cfg.n_routed_experts
+        if not isinstance(load, torch.Tensor) or tuple(load.shape) != (n,):
+            raise ValueError(f"load must be a tensor of shape (n_routed_experts={n},), got "
+                             f"{getattr(load, 'shape', type(load).__name__)}")
+        check_finite_number(step, "step", 1)
         load = load.to(self.e_score_correction_bias.dtype)
         self.e_score_correction_bias += step * torch.sign(load.mean() - load)
+
+
+# ====================================================================== Quantile Balancing
+def check_quantile_bias(scores, bias, k, bins=None) -> None:
+    """The door of the Quantile Balancing functions: ``scores`` a finite ``(m, n)`` float
+    tensor, ``bias`` ``(n,)``, ``1 <= k < n``, ``bins`` (histogram form) an int ``>= 2``."""
+    check_float_tensor(scores, "scores", 2)
+    m, n = scores.shape
+    if m < 1:
+        raise ValueError(f"scores must hold at least one token (m >= 1), got shape {tuple(scores.shape)}")
+    if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (n,):
+        raise ValueError(f"bias must be a tensor of shape (n={n},), got "
+                         f"{getattr(bias, 'shape', type(bias).__name__)}")
+    check_int(k, "k", 1)
+    if k >= n:
+        raise ValueError(f"k must be < n (the number of experts, {n}), got {k}")
+    if bins is not None:
+        check_int(bins, "bins", 2)
+    if not bool(torch.isfinite(scores).all()) or not bool(torch.isfinite(bias).all()):
+        raise ValueError("scores and bias must be finite (no NaN or inf)")
+
+
+def qb_margins(scores: torch.Tensor, bias: torch.Tensor, k: int) -> tuple[torch.Tensor, int]:
+    """Eq. 14's margins ``s_ij - alpha_i`` ``(m, n)``, with ``alpha_i`` token ``i``'s
+    ``(k+1)``-th largest biased score (the cutoff of Top-(k+1) routing), and the rank from the
+    top, ``q + 1`` for ``q = m k / n``, of the margin each expert's threshold sits at."""
+    m, n = scores.shape
+    alpha = (scores + bias).topk(k + 1, dim=-1).values[:, -1:]          # (m, 1): the cutoffs
+    rank = m - math.floor((m - 1) * (1 - k / n))                        # q + 1 when q is whole
+    return scores - alpha, rank
+
+
+@checked(check_quantile_bias)
+def quantile_bias_reference(scores: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
+    """Eq. 14 one expert at a time: sort each expert's margins, put its threshold at the
+    ``(q+1)``-th largest, so that ``q = m k / n`` margins stay above it. The definition that
+    :func:`quantile_bias` (one call for all experts) is tested against."""
+    margins, rank = qb_margins(scores, bias, k)
+    b_hat = torch.stack([-margins[:, j].sort(descending=True).values[rank - 1]
+                         for j in range(scores.shape[1])])
+    return b_hat - b_hat.mean()
+
+
+@checked(check_quantile_bias)
+def quantile_bias(scores: torch.Tensor, bias: torch.Tensor, k: int) -> torch.Tensor:
+    """Kimi K3's Quantile Balancing (report, section 2.3.3, Eq. 14): the next bias ``(n,)``.
+
+    ``scores`` ``(m, n)`` are the batch's router scores after the sigmoid, ``bias`` the one
+    they were routed with. Each expert's new bias is minus the ``(1 - k/n)``-quantile of its
+    margins ``s_ij - alpha_i`` over the batch, so that its target load ``q = m k / n`` of
+    them clear the cutoffs; then all biases are centred (a common offset changes no Top-k).
+    """
+    margins, rank = qb_margins(scores, bias, k)
+    b_hat = -margins.kthvalue(scores.shape[0] - rank + 1, dim=0).values
+    return b_hat - b_hat.mean()
+
+
+@checked(check_quantile_bias)
+def quantile_bias_histogram(scores: torch.Tensor, bias: torch.Tensor, k: int,
+                            bins: int = 256) -> torch.Tensor:
+    """:func:`quantile_bias` from bin counts, as a multi-device run computes it: each device
+    counts its tokens' margins into ``bins`` equal bins per expert, one all-reduce sums the
+    counts, and each threshold is read off the pooled counts. The bins span every possible
+    margin, ``[-1 - max b, 1 - min b]`` (scores lie in ``(0, 1)``), which every device knows
+    from the shared bias alone; the result is within one bin width of the exact quantile."""
+    margins, rank = qb_margins(scores, bias, k)
+    n = scores.shape[1]
+    lo, hi = -1 - bias.max(), 1 - bias.min()
+    width = (hi - lo) / bins
+    which = ((margins - lo) / width).floor().long().clamp(0, bins - 1)       # (m, n)
+    counts = torch.bincount((which + bins * torch.arange(n, device=which.device)).flatten(),
+                            minlength=n * bins).view(n, bins)  # (n, bins): what is all-reduced
+    at_or_above = counts.flip(-1).cumsum(-1).flip(-1)          # margins in this bin or higher
+    j = (at_or_above >= rank).sum(-1, keepdim=True) - 1        # the bin of the rank-th largest
+    c = counts.gather(1, j)
+    r = rank - (at_or_above.gather(1, j) - c)                  # its rank inside that bin
+    j, r, c = (t.to(scores.dtype) for t in (j, r, c))
+    threshold = lo + width * (j + 1 - (r - 0.5) / c)           # spread evenly over the bin
+    b_hat = -threshold.squeeze(1)
+    return b_hat - b_hat.mean()
 
 
 def dispatch(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
@@ -219,7 +309,11 @@ def dispatch(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
     expert: the one expert dispatch of :class:`MoE` and :class:`LatentMoE`.
 
     ``x`` is ``(N, width)``, ``weights`` and ``indices`` ``(N, top_k)`` from a :class:`Router`.
+    With fewer routes than experts (a decode step) it runs :func:`dispatch_dense` instead,
+    which reads nothing back to the host.
     """
+    if indices.numel() < len(experts):
+        return dispatch_dense(x, weights, indices, experts)
     # Sort the N*k (token, slot) assignments by expert, so that each expert reads one
     # contiguous run of them.
     order = indices.flatten().argsort(stable=True)
@@ -231,6 +325,19 @@ def dispatch(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
             tok = token_of[start:end]
             out.index_add_(0, tok, expert(x[tok]) * weight_of[start:end, None])
         start = end
+    return out
+
+
+def dispatch_dense(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor,
+                   experts: nn.ModuleList) -> torch.Tensor:
+    """:func:`dispatch` without reading the routes on the host: every expert runs on every
+    token, weighted by what the token gives it (0 if it did not choose it). Cheap when there
+    are few tokens, as in a decode step; a decode step must not wait on the device."""
+    gate = torch.zeros(x.shape[0], len(experts), dtype=weights.dtype, device=x.device)
+    gate.scatter_(1, indices, weights)                                  # (N, n_experts)
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(experts):
+        out = out + gate[:, e, None] * expert(x)
     return out
 
 
@@ -254,7 +361,7 @@ class MoE(nn.Module):
 
     def _check_x(self, x: torch.Tensor) -> None:
         check_layer_input(x, "x", self.cfg.d_model, self.gate.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})")
+                          shape=f"(B, T, d_model={self.cfg.d_model})", finite=False)
 
     def _load(self, indices: torch.Tensor) -> torch.Tensor:
         return torch.bincount(indices.flatten(), minlength=self.cfg.n_routed_experts)
@@ -385,10 +492,9 @@ class LatentMoE(nn.Module):
         self.shared_experts = (SituGLU(cfg.d_model, cfg.n_shared_experts * cfg.d_expert, **act)
                                if cfg.n_shared_experts else None)
 
-    def _check_x(self, x) -> torch.Tensor:
+    def _check_x(self, x) -> None:
         check_layer_input(x, "x", self.cfg.d_model, self.gate.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})")
-        return x.reshape(-1, x.shape[-1])
+                          shape=f"(B, T, d_model={self.cfg.d_model})", finite=False)
 
     def down(self, flat: torch.Tensor) -> torch.Tensor:
         """``x W_down``: what the routed experts read, ``(N, latent_dim)`` -- not normalised."""
@@ -401,7 +507,8 @@ class LatentMoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Batched form: each expert runs once on all the tokens routed to it (in latent space)."""
-        flat = self._check_x(x)
+        self._check_x(x)
+        flat = x.reshape(-1, x.shape[-1])                                   # (N, d_model)
         weights, indices = self.gate(flat)                                  # (N, k), (N, k)
         routed = dispatch(self.down(flat), weights, indices, self.experts)  # in latent space
         out = self.up(routed)                    # one norm and one up projection of the sum
@@ -412,7 +519,8 @@ class LatentMoE(nn.Module):
     def forward_loop_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The definition, one token and one expert at a time:
         ``shared(x) + W_up RMSNorm(sum_j w_j expert_{i_j}(x W_down))``."""
-        flat = self._check_x(x)
+        self._check_x(x)
+        flat = x.reshape(-1, x.shape[-1])
         rows = []
         for n in range(flat.shape[0]):
             xn = flat[n:n + 1]

@@ -33,7 +33,9 @@ from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 from gpt2k3.experiments.forgetting import half_life
 
 __all__ = ["attn_res_sources", "bounded_decay", "latent_experts", "situ_vs_swiglu",
-           "ATTN_RES_BLOCK_SIZES", "LATENT_DIMS", "SITU_BETAS"]
+           "ATTN_RES_BLOCK_SIZES", "LATENT_DIMS", "SITU_BETAS", "QB_EXAMPLE_SCORES",
+           "SIGN_STEPS", "qb_worked_example", "balancing_runs", "steps_to",
+           "quantile_balancing"]
 
 _BLUE, _ORANGE, _GREEN, _PINK, _GREY = PALETTE[0], PALETTE[1], PALETTE[2], PALETTE[3], "#888888"
 
@@ -371,3 +373,145 @@ def situ_vs_swiglu(betas: Sequence[float] = SITU_BETAS, linear_beta: float = SIT
                 f"value here {low:.3g})<br>the up factor inside ±{linear_beta:g}, so |SiTU| "
                 f"< {situ_bound(b, linear_beta):g}; near 0 it is SwiGLU")}))
     return _finish(fig, steps, "β: ", active)
+
+
+# ------------------------------------------------------------------- Quantile Balancing
+#: The worked example of Quantile Balancing (the report's Fig. 5 shape: 8 tokens, 4 experts,
+#: k = 1): router scores chosen so that Top-1 routing gives the loads (4, 3, 1, 0), and one
+#: Quantile-Balancing update gives (2, 2, 2, 2). The report's own scores are only drawn.
+QB_EXAMPLE_SCORES = (
+    (0.95, 0.60, 0.40, 0.75),
+    (0.90, 0.75, 0.20, 0.55),
+    (0.90, 0.30, 0.20, 0.20),
+    (0.85, 0.10, 0.80, 0.20),
+    (0.50, 0.90, 0.45, 0.05),
+    (0.85, 0.90, 0.55, 0.70),
+    (0.30, 0.60, 0.10, 0.50),
+    (0.60, 0.05, 0.80, 0.30),
+)
+#: The sign rule's steps the balancing figure's slider steps through (DeepSeek-V3's 0.001 first).
+SIGN_STEPS = (0.001, 0.01, 0.03)
+
+
+def qb_worked_example(scores=QB_EXAMPLE_SCORES, k: int = 1) -> dict:
+    """One Quantile-Balancing update on ``scores`` (bias 0): the loads before and after, the
+    cutoffs, the margins, the new bias and which tokens changed expert (all float64)."""
+    import torch
+
+    from gpt2k3.layers.moe import qb_margins, quantile_bias
+
+    s = torch.tensor(scores, dtype=torch.float64)
+    bias = torch.zeros(s.shape[1], dtype=torch.float64)
+    margins, rank = qb_margins(s, bias, k)
+    new_bias = quantile_bias(s, bias, k)
+    before = s.topk(k, dim=-1).indices
+    after = (s + new_bias).topk(k, dim=-1).indices
+    n = s.shape[1]
+    return {"scores": s, "margins": margins, "rank": rank, "bias": new_bias,
+            "cutoffs": (s - margins)[:, 0],
+            "route_before": before[:, 0].tolist(), "route_after": after[:, 0].tolist(),
+            "load_before": torch.bincount(before.flatten(), minlength=n).tolist(),
+            "load_after": torch.bincount(after.flatten(), minlength=n).tolist()}
+
+
+def balancing_runs(n_experts: int = KIMI_K3.n_routed_experts, top_k: int = KIMI_K3.top_k,
+                   tokens: int = 2048, steps: int = 16, sign_steps: Sequence[float] = SIGN_STEPS,
+                   skew: float = 1.0, seed: int = 0, bins: int | None = None) -> dict:
+    """Route a fresh batch of ``tokens`` through a skewed router every step, under Quantile
+    Balancing and under the sign rule at each of ``sign_steps``; all rules see the same batches.
+
+    The router's logits are ``skew * u_j + z_ij`` (``u``, ``z`` standard normal: some experts
+    start far more attractive than others), scores their sigmoid. Each rule routes the batch
+    with its current bias (Top-``top_k`` of ``s + b``), records the batch's max/mean load and
+    its dead experts (load 0), then updates the bias from that batch, to be used on the next:
+    :func:`gpt2k3.layers.moe.quantile_bias` (or its histogram form with ``bins``), or
+    :meth:`gpt2k3.layers.moe.Router.update_bias`. ``floor`` is the max/mean load of an
+    unskewed router on a batch of this size: the sampling noise no rule can remove.
+    """
+    import torch
+
+    from gpt2k3.layers.moe import MoEConfig, Router, quantile_bias, quantile_bias_histogram
+
+    sign_steps = [float(x) for x in _values(sign_steps, "sign_steps")]
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(n_experts, generator=g, dtype=torch.float64)
+    cfg = MoEConfig(d_model=1, n_routed_experts=n_experts, n_shared_experts=0, top_k=top_k,
+                    d_expert=1)
+    routers = [Router(cfg).double() for _ in sign_steps]
+    qb = torch.zeros(n_experts, dtype=torch.float64)
+    q = tokens * top_k / n_experts
+    names = ["QB"] + [f"sign {x:g}" for x in sign_steps]
+    hist = {name: {"max_over_mean": [], "dead": []} for name in names}
+
+    def load(s, b):
+        return torch.bincount((s + b).topk(top_k, dim=-1).indices.flatten(), minlength=n_experts)
+
+    for _ in range(steps):
+        s = torch.sigmoid(skew * u + torch.randn(tokens, n_experts, generator=g,
+                                                 dtype=torch.float64))
+        biases = [qb] + [r.e_score_correction_bias for r in routers]
+        for name, b in zip(names, biases):
+            ld = load(s, b)
+            hist[name]["max_over_mean"].append(float(ld.max()) / q)
+            hist[name]["dead"].append(int((ld == 0).sum()))
+            if name == "QB":
+                qb = (quantile_bias(s, b, top_k) if bins is None
+                      else quantile_bias_histogram(s, b, top_k, bins))
+        for r, x in zip(routers, sign_steps):
+            r.update_bias(load(s, r.e_score_correction_bias), x)
+    s0 = torch.sigmoid(torch.randn(tokens, n_experts, generator=g, dtype=torch.float64))
+    floor = float(load(s0, torch.zeros(n_experts, dtype=torch.float64)).max()) / q
+    return {"names": names, "sign_steps": sign_steps, "history": hist, "floor": floor,
+            "n_experts": n_experts, "top_k": top_k, "tokens": tokens, "steps": steps,
+            "skew": skew}
+
+
+def steps_to(series: Sequence[float], level: float) -> int | None:
+    """The first step (1-based) at which ``series`` is at or below ``level``, else ``None``."""
+    return next((i + 1 for i, v in enumerate(series) if v <= level), None)
+
+
+def quantile_balancing(runs: dict | None = None, active: int | None = None) -> go.Figure:
+    """Quantile Balancing against the sign rule on a skewed router (:func:`balancing_runs`).
+
+    Left: the max/mean load of each step's batch (log scale), for QB and for the sign rule at
+    the step size the slider picks; the dotted line is an unskewed router's max/mean on a batch
+    of this size. Right: the experts that received no token in that batch.
+    """
+    runs = balancing_runs() if runs is None else runs
+    sign = runs["sign_steps"]
+    active = _active(sign, active, sign[0], "sign_steps")
+    hist = runs["history"]
+    xs = list(range(1, runs["steps"] + 1))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13)
+    for col, key, unit in ((1, "max_over_mean", "max/mean load %{y:.3g}"),
+                           (2, "dead", "%{y} dead experts")):
+        fig.add_trace(go.Scatter(x=xs, y=hist["QB"][key], name="Quantile Balancing",
+                                 mode="lines+markers", line=dict(color=_BLUE),
+                                 showlegend=col == 1,
+                                 hovertemplate=f"QB, step %{{x}}: {unit}<extra></extra>"), 1, col)
+        fig.add_trace(go.Scatter(x=xs, name="sign rule", mode="lines+markers",
+                                 line=dict(color=_ORANGE), showlegend=col == 1,
+                                 hovertemplate=f"sign rule, step %{{x}}: {unit}<extra></extra>"),
+                      1, col)
+    fig.add_hline(y=runs["floor"], line=dict(color=_GREY, dash="dot"), row=1, col=1,
+                  annotation_text="unskewed router", annotation_position="bottom right")
+    style(fig, title="", x_title="step (one fresh batch each)",
+          y_title="max/mean load (log scale)", height=500)
+    _top(fig, 140)
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(title_text="dead experts (no token)", rangemode="tozero", row=1, col=2)
+    fig.update_xaxes(title_text="step (one fresh batch each)", row=1, col=2)
+    steps = []
+    for x, name in zip(sign, runs["names"][1:]):
+        steps.append(Step(
+            label=f"{x:g}", data={"y": [hist[name]["max_over_mean"], hist[name]["dead"]]},
+            traces=[1, 3],
+            layout={"title.text": (
+                f"{runs['n_experts']} experts, top-{runs['top_k']}, {runs['tokens']:,} tokens "
+                f"per batch: after {runs['steps']} steps, max/mean load "
+                f"{hist['QB']['max_over_mean'][-1]:.2f} (QB) and "
+                f"{hist[name]['max_over_mean'][-1]:.2f} (sign rule, step {x:g})<br>dead "
+                f"experts {hist['QB']['dead'][-1]} and {hist[name]['dead'][-1]}; an unskewed "
+                f"router's max/mean on such a batch: {runs['floor']:.2f}")}))
+    return _finish(fig, steps, "sign rule's step: ", active)

@@ -41,6 +41,10 @@ from gpt2k3.book.widgets.k3_adds import (attn_res_explorer, bounded_decay_explor
 __all__ += ["attn_res_explorer", "bounded_decay_explorer", "latent_moe_explorer",
             "situ_explorer"]  # chapter 8
 
+from gpt2k3.book.widgets.balancing import balancing_explorer  # noqa: E402
+
+__all__ += ["balancing_explorer"]  # chapter 8
+
 from gpt2k3.book.widgets.k3 import k3_explorer  # noqa: E402
 
 __all__ += ["k3_explorer"]  # chapter 9
