@@ -40,6 +40,9 @@ def test_decode_waste_counts_closed_form():
     assert c["total_computed"][-1] == n * p + n * (n - 1) // 2
     assert c["total_used"][-1] == n
     assert c["computed"][0] == p and c["computed"][-1] == p + n - 1
+    # a cache still runs the prompt once: 8 + 7 = 15 positions for 8 tokens after 8
+    assert c["total_needed"][-1] == p + n - 1 and c["needed"][0] == p
+    assert figures.decode_waste_counts(8, 8)["total_needed"][-1] == 15
 
 
 @pytest.mark.parametrize("args", [(0, 5), (4, 0), (4, 2.5)])
@@ -52,6 +55,8 @@ def test_decode_waste_steps_differ_and_match_counts():
     fig = figures.decode_waste(prompt_len=4, lengths=(8, 16))
     s8, s16 = _slider_steps(fig)
     assert s8.args[0]["y"][2] == figures.decode_waste_counts(4, 8)["total_computed"]
+    assert s8.args[0]["y"][3] == figures.decode_waste_counts(4, 8)["total_needed"]
+    assert "11 needed with a cache" in s8.args[1]["title.text"]
     assert s8.args[0] != s16.args[0]
     assert len(fig.data) == 4
     with pytest.raises(ValueError, match="lengths"):

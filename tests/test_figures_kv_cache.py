@@ -160,3 +160,23 @@ def test_concat_sweep_results_plot():
                                              / row["seconds_per_step"]["preallocated cache"])
         assert 2.9 < row["traffic_ratio"] < 3
     assert len(concat_vs_preallocated(r).data) == 4
+
+
+def test_kv_cache_schematic_writes_then_reads_every_filled_slot():
+    from gpt2k3.book.figures import kv_cache_schematic
+    fig = kv_cache_schematic(max_len=8, prompt_len=3, n_steps=2)
+    steps = fig.layout.sliders[0].steps
+    assert [s.label for s in steps] == ["prefill", "1", "2"]
+    prefill, step2 = steps[0].args[0], steps[2].args[0]
+    assert list(prefill["x"][2]) == [0, 1, 2]            # the prompt's queries read slots 0..2
+    assert list(step2["x"][2]) == [0, 1, 2, 3, 4]        # step 2 writes slot 4, reads 0..4
+    colors = step2["marker.color"][0]
+    assert colors[4] != colors[3] != colors[5]           # new, cached, empty
+    with pytest.raises(ValueError, match="max_len"):
+        kv_cache_schematic(max_len=4, prompt_len=3, n_steps=2)
+
+
+def test_byte_axes_read_as_bytes_not_billions():
+    from gpt2k3.book.figures import cache_growth, decode_step_bytes
+    for fig in (cache_growth(), decode_step_bytes(contexts=(1, 4096))):
+        assert fig.layout.yaxis.exponentformat == "SI" and fig.layout.yaxis.ticksuffix == "B"

@@ -21,11 +21,12 @@ __all__ += [  # chapter 1
     "param_breakdown", "decode_waste", "decode_waste_counts"]
 
 from gpt2k3.book.figures.kv_cache import (cache_bound_crossover, cache_growth,
-    concat_vs_preallocated, decode_roofline, decode_speed, decode_step_bytes, registered_specs)
+    concat_vs_preallocated, decode_roofline, decode_speed, decode_step_bytes, kv_cache_schematic,
+    registered_specs)
 
 __all__ += [  # chapter 2
     "registered_specs", "cache_growth", "decode_step_bytes", "cache_bound_crossover",
-    "decode_speed", "decode_roofline", "concat_vs_preallocated"]
+    "decode_speed", "decode_roofline", "concat_vs_preallocated", "kv_cache_schematic"]
 
 from gpt2k3.book.figures.linear import (crossover_n, feature_map_weights, feature_map_weights_data,
     first_crossing, generation_totals, measured_crossover, prefill_leak, seed_prefill_leak,

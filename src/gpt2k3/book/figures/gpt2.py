@@ -56,7 +56,9 @@ def decode_waste_counts(prompt_len: int, n_new: int) -> dict[str, list[int]]:
     Step ``n`` (1-based) runs the whole sequence so far, ``prompt_len + n - 1``
     positions, and keeps the logits of one.  Returns per-step ``computed`` and
     ``used`` and their running totals; the total computed is quadratic in
-    ``n_new``, the total used linear.
+    ``n_new``, the total used linear.  ``needed``/``total_needed`` are what a decoder with a
+    cache runs: the prompt once (step 1, the one pass it cannot skip), then one position per
+    step, ``prompt_len + n - 1`` in all after ``n`` steps.
     """
     if not isinstance(prompt_len, int) or prompt_len < 1:
         raise ValueError(f"prompt_len must be an int >= 1, got {prompt_len!r}")
@@ -64,13 +66,16 @@ def decode_waste_counts(prompt_len: int, n_new: int) -> dict[str, list[int]]:
         raise ValueError(f"n_new must be an int >= 1, got {n_new!r}")
     computed = [prompt_len + n - 1 for n in range(1, n_new + 1)]
     used = [1] * n_new
+    needed = [prompt_len] + [1] * (n_new - 1)
+    total_needed = [prompt_len + n - 1 for n in range(1, n_new + 1)]
     cum_c, cum_u, tc, tu = [], [], 0, 0
     for c, u in zip(computed, used):
         tc, tu = tc + c, tu + u
         cum_c.append(tc)
         cum_u.append(tu)
     return {"step": list(range(1, n_new + 1)), "computed": computed, "used": used,
-            "total_computed": cum_c, "total_used": cum_u}
+            "total_computed": cum_c, "total_used": cum_u, "needed": needed,
+            "total_needed": total_needed}
 
 
 def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 128, 256),
@@ -91,7 +96,8 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
                              hovertemplate="after %{x} tokens: %{y:,} positions computed<extra></extra>"),
                   1, 2)
     fig.add_trace(go.Scatter(name="total needed (with a cache)", mode="lines", line_color=PALETTE[0],
-                             hovertemplate="after %{x} tokens: %{y:,} positions needed<extra></extra>"),
+                             hovertemplate="after %{x} tokens: %{y:,} positions needed (the prompt once, "
+                             "then one per token)<extra></extra>"),
                   1, 2)
     style(fig, title="", x_title="decode step", y_title="positions run at this step", height=500)
     fig.update_layout(barmode="stack", margin=dict(t=160))
@@ -101,12 +107,13 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
     for n in lengths:
         c = decode_waste_counts(prompt_len, n)
         recomputed = [x - 1 for x in c["computed"]]
-        waste = 1 - c["total_used"][-1] / c["total_computed"][-1]
+        waste = 1 - c["total_needed"][-1] / c["total_computed"][-1]
         steps.append(Step(
             label=str(n),
             data={"x": [c["step"], c["step"], c["step"], c["step"]],
-                  "y": [recomputed, c["used"], c["total_computed"], c["total_used"]]},
+                  "y": [recomputed, c["used"], c["total_computed"], c["total_needed"]]},
             layout={"title.text": (f"{n} tokens after a {prompt_len}-token prompt, no cache:<br>"
                                    f"{c['total_computed'][-1]:,} positions computed, "
-                                   f"{c['total_used'][-1]:,} used ({100 * waste:.1f}% wasted)")}))
+                                   f"{c['total_needed'][-1]:,} needed with a cache "
+                                   f"({100 * waste:.1f}% wasted)")}))
     return add_slider(fig, steps, prefix="tokens generated: ", active=active)

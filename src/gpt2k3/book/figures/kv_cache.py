@@ -34,7 +34,7 @@ from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 
 __all__ = ["registered_specs", "weight_and_cache_bytes", "cache_growth", "decode_step_bytes",
            "cache_bound_crossover", "decode_speed", "decode_roofline", "concat_vs_preallocated",
-           "log_grid"]
+           "log_grid", "kv_cache_schematic"]
 
 
 def registered_specs() -> list[ArchSpec]:
@@ -77,6 +77,7 @@ def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int]
                                  hovertemplate="context %{x:,}: %{text}<extra>batch " + str(b) + "</extra>"))
     fig.add_trace(go.Scatter(name="weights", mode="lines", line=dict(color="#555", dash="dash"),
                              hovertemplate="weights: %{text}<extra></extra>"))
+    fig.update_yaxes(exponentformat="SI", ticksuffix="B")  # 100 GB, not "100B"
     style(fig, title="", x_title="context length (tokens, log scale)", y_title="bytes (log scale)",
           height=480)
     fig.update_xaxes(type="log")
@@ -125,6 +126,7 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
                hovertemplate="%{x}: KV cache and state %{text}<extra></extra>"),
     ])
     style(fig, title="", x_title="", y_title="bytes read per decode step (log scale)", height=520)
+    fig.update_yaxes(exponentformat="SI", ticksuffix="B")  # 100 GB, not "100B"
     fig.update_yaxes(type="log")
     fig.update_layout(barmode="group")
     steps = []
@@ -260,3 +262,53 @@ def concat_vs_preallocated(result: Mapping) -> go.Figure:
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig
+
+
+def kv_cache_schematic(max_len: int = 10, prompt_len: int = 4, n_steps: int = 4,
+                       active: int = 0) -> go.Figure:
+    """The KV cache's write and read, as a picture: one layer's K and V buffers of ``max_len``
+    slots; a slider walks through the prefill (``prompt_len`` tokens written at once) and
+    ``n_steps`` one-token decode steps. Each step writes its new keys and values at
+    ``length .. length + t - 1`` (orange) and its queries read every filled slot (the row below);
+    nothing cached is copied (grey)."""
+    for name, value in (("max_len", max_len), ("prompt_len", prompt_len), ("n_steps", n_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if prompt_len + n_steps > max_len:
+        raise ValueError(f"prompt_len + n_steps must be at most max_len={max_len}, got "
+                         f"{prompt_len + n_steps}")
+    EMPTY, CACHED, NEW, READ = "#f2f2f2", "#9aa7b8", PALETTE[1], PALETTE[0]
+    pos = list(range(max_len))
+    fig = go.Figure()
+    for row in ("K", "V"):
+        fig.add_trace(go.Scatter(x=pos, y=[row] * max_len, mode="markers+text", text=[str(i) for i in pos],
+                                 marker=dict(symbol="square", size=30, line=dict(color="#666", width=1)),
+                                 textfont=dict(size=11), hoverinfo="skip", showlegend=False))
+    fig.add_trace(go.Scatter(x=[], y=[], mode="markers", name="read by this step's queries",
+                             marker=dict(symbol="triangle-up", size=16, color=READ),
+                             hoverinfo="skip"))
+    for name, color in (("cached: kept, not copied", CACHED), ("written this step", NEW),
+                        ("empty (allocated once)", EMPTY)):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=14, color=color,
+                                             line=dict(color="#666", width=1))))
+    style(fig, title="", x_title="position in the cache", y_title="", height=360)
+    fig.update_yaxes(categoryorder="array", categoryarray=["read", "V", "K"], showgrid=False,
+                     showline=False)
+    fig.update_xaxes(range=[-0.7, max_len - 0.3], showgrid=False, dtick=1, showticklabels=False)
+    fig.update_layout(legend=dict(orientation="h", y=-0.2), margin=dict(t=90))
+    steps = []
+    for i in range(n_steps + 1):
+        start, t = (0, prompt_len) if i == 0 else (prompt_len + i - 1, 1)
+        colors = [CACHED if j < start else NEW if j < start + t else EMPTY for j in pos]
+        read = list(range(start + t))
+        what = (f"prefill: {t} tokens write slots 0–{t - 1}; each query reads the slots up to "
+                f"its own (the causal mask)" if i == 0 else
+                f"decode step {i}: 1 token writes slot {start}; its query reads slots 0–{start}")
+        steps.append(Step(label="prefill" if i == 0 else str(i),
+                          data={"marker.color": [colors, colors, READ],
+                                "x": [pos, pos, read], "y": [["K"] * max_len, ["V"] * max_len,
+                                                           ["read"] * len(read)]},
+                          traces=[0, 1, 2],
+                          layout={"title.text": f"length {start} → {start + t}<br>{what}"}))
+    return add_slider(fig, steps, prefix="step: ", active=active)
