@@ -47,7 +47,7 @@ import math
 
 from gpt2k3.accounting import ArchSpec, VisionTower, hybrid_layers
 
-__all__ = ["GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
+__all__ = ["CODE_READ", "GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
            "KIMI_K3_VISION", "KIMI_K3_CHECKPOINT", "PUBLISHED", "MTP_LAYERS",
            "K3_TOTAL_PARAMS", "KIMI_LINEAR_CLAIMS", "KIMI_LINEAR_ACTIVE_CONVENTION",
@@ -243,6 +243,11 @@ KIMI_K3_CHECKPOINT = {
               "shapes corroborated by third-party checkpoint listings (see the comment above "
               "KIMI_K3_CONFIG)"),
 }
+
+#: The versions of other projects' code that the book's statements about that code were read
+#: at (the pinned ``transformers`` and ``fla-core`` are read from the installed packages).
+CODE_READ = {"SGLang": "SGLang 0.5.23",
+             "vLLM": "vLLM's main branch at commit cabd15f"}
 
 #: Kimi K3's ``A_log``, an open question.  The checkpoint stores ``kda_head_dim`` (128) numbers
 #: per KDA layer, and the layer has ``kda_n_head`` (96) heads.  Two public readings:
