@@ -69,7 +69,8 @@ from gpt2k3.checks import (check_bool, check_finite_number, check_instance, chec
                            check_number, checked)
 from gpt2k3.layers.attention import CausalSelfAttention
 
-__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "step_flops", "NS_BAND", "newton_schulz", "rms_match", "head_update_rms",
+__all__ = ["NS_COEFFICIENTS", "NS_STEPS", "TORCH_MUON_CHECK", "TORCH_MUON_SHAPES",
+           "TORCH_MUON_TOLERANCE", "K2_QK_CLIP_TAU", "PUBLISHED_OBSERVATIONS", "step_flops", "NS_BAND", "newton_schulz", "rms_match", "head_update_rms",
            "muon_direction", "Muon", "muon_param_groups", "head_max_logits", "MaxLogits",
            "qk_clip"]
 
@@ -92,6 +93,13 @@ PUBLISHED_OBSERVATIONS = {
                 "source": "Liu et al. 2025, 'Muon is Scalable for LLM Training' "
                           "(arXiv:2502.16982), beside its update-scale rule (Eq. 4)"},
 }
+#: The setting in which ``tests/test_muon.py`` checks whole-matrix :class:`Muon` against
+#: PyTorch's own ``torch.optim.Muon`` (with ``adjust_lr_fn="match_rms_adamw"``, Moonshot's scale),
+#: on matrices of :data:`TORCH_MUON_SHAPES`; PyTorch runs Newton--Schulz in bfloat16, so the two
+#: steps agree to :data:`TORCH_MUON_TOLERANCE` of the step's largest entry.
+TORCH_MUON_CHECK = dict(lr=0.02, weight_decay=0.1, momentum=0.95, nesterov=True, ns_steps=5)
+TORCH_MUON_SHAPES = ((64, 32), (32, 64))
+TORCH_MUON_TOLERANCE = 0.03
 #: Newton--Schulz steps per update (the reference's default).
 NS_STEPS = 5
 #: Where five steps put every singular value ``sigma`` of an input with ``sigma >= ||G||_F / 500``
