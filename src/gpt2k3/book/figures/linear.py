@@ -501,7 +501,7 @@ def measured_crossover(results: dict | Sequence[dict], active: int = 0) -> go.Fi
 # --------------------------------------------------------------------------- schematics
 
 
-def equation_rows(rows, caption: str, alt: str, cell: float = 0.42) -> _PNGFigure:
+def equation_rows(rows, caption: str, alt: str, cell: float = 0.32) -> _PNGFigure:
     """Draw equations whose terms are small matrices, one equation per row.
 
     ``rows`` is a list of ``(title, items)``; an item is a string (an operator or a word, drawn
