@@ -102,8 +102,8 @@ def _check_call_suffix(obj, suffix: str, pointer: str) -> None:
         assert result is not None and dataclasses.is_dataclass(result), (
             f"{pointer!r}: cannot check {fields!r} without a dataclass return annotation")
         field = fields.split(".")[1]
-        assert field in {f.name for f in dataclasses.fields(result)}, (
-            f"{pointer!r}: {result.__name__} has no field {field!r}")
+        assert field in {f.name for f in dataclasses.fields(result)} or isinstance(
+            getattr(result, field, None), property), f"{pointer!r}: {result.__name__} has no field {field!r}"
 
 
 def check_pointers(pointers: list[str]) -> list[str]:

@@ -3,8 +3,10 @@
 The *main text* of a page is the prose a reader follows from top to bottom: its Markdown
 less everything that folds away or is not prose -- collapsed blocks (MyST ``dropdown`` and
 ``toggle`` directives, admonitions with ``:class: dropdown``, HTML ``<details>``), footnote
-definitions, tables, code (fenced, inline and code cells), math, headings, figure and table
-directives with their captions, and HTML comments.  Visible admonitions (a ``note``, a
+definitions, tables, code (fenced, inline and code cells), math, headings, captions (figure
+and table directives, and a paragraph wholly in italics, as the chapters set their captions),
+and HTML comments.  Each list item starts a sentence.  A digit joined to a word by a hyphen
+is part of a name (GPT-2), not a number.  Visible admonitions (a ``note``, a
 ``tip``) stay main text.  A glued value (``{glue:text}`name```) counts as a number.
 
 :func:`measure` gives, for one page, the figures the book holds itself to (design.md §4):
@@ -82,6 +84,11 @@ def main_text(md: str) -> str:
     md = re.sub(r"(?<!\\)\$[^$\n]+\$", " MATH ", md)
     md = re.sub(r"^[ \t]*\|.*$", " ", md, flags=re.M)                     # table rows
     md = re.sub(r"^[ \t]*#{1,6} .*$", " ", md, flags=re.M)                # headings
+    # captions: a paragraph wholly in italics (*Figure 10.1 -- ...*, *Accuracy (%) at ...*)
+    md = re.sub(r"(?:^|\n[ \t]*\n)[ \t]*\*(?!\*)[^\n]*(?:\n(?![ \t]*\n)[^\n]*)*?(?<!\*)\*[ \t]*(?=\n[ \t]*\n|\n?\Z)",
+                "\n\n", md)
+    # a list item starts a sentence of its own
+    md = re.sub(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+", "\n\n\u2029", md, flags=re.M)
     md = re.sub(r"^\([A-Za-z0-9_:-]+\)=[ \t]*$", " ", md, flags=re.M)      # (label)= targets
     md = re.sub(r"\[\^[^\]]+\]", "", md)                                  # footnote marks
     md = re.sub(r"\{glue(?::[a-z]+)?\}`[^`]*`", " GLUENUM ", md)
@@ -96,8 +103,10 @@ def main_text(md: str) -> str:
 def sentences(text: str) -> list[str]:
     """The sentences of main text ``text`` (at least three words each): split after ``.``,
     ``!``, ``?`` or ``:`` where the next word starts with a capital, ``*``, ``(`` or a quote."""
-    flat = re.sub(r"\s+", " ", text).strip()
-    parts = re.split(r"(?<=[.!?:])\s+(?=[A-Z*(\"“])", flat)
+    parts = []
+    for item in text.split("\u2029"):                 # list items (see main_text)
+        flat = re.sub(r"\s+", " ", item).strip()
+        parts += re.split(r"(?<=[.!?:])\s+(?=[A-Z*(\"“])", flat)
     return [p.strip() for p in parts if len(p.split()) >= 3]
 
 
@@ -123,7 +132,8 @@ def measure(md: str) -> ProseMetrics:
     sents = sentences(text)
     lengths = [len(s.split()) for s in sents]
     words = sum(lengths)
-    numbers = len(re.findall(r"GLUENUM|(?<![\w.])\d[\d,.]*", text))
+    # a digit joined to a word by a hyphen is part of a name (GPT-2), not a number
+    numbers = len(re.findall(r"GLUENUM|(?<![\w.])(?<![A-Za-z]-)\d[\d,.]*", text))
     asides = text.count("(") + text.count("—") + len(re.findall(r" -- ", text))
     n = len(sents)
     return ProseMetrics(
