@@ -382,3 +382,47 @@ def test_k3_feature_rows():
         k3_feature_rows()
     with pytest.raises(ValueError, match="specs"):
         k3_feature_rows(KIMI_K3, "K2")
+
+
+# ------------------------------------------------------------------ Quantile Balancing
+def test_balancing_runs_qb_balances_where_the_sign_rule_does_not():
+    from gpt2k3.book.figures.k3_adds import balancing_runs, steps_to
+
+    runs = balancing_runs(n_experts=64, top_k=4, tokens=512, steps=6, sign_steps=(1e-3, 1e-1))
+    qb, slow = runs["history"]["QB"], runs["history"]["sign 0.001"]
+    assert runs["names"] == ["QB", "sign 0.001", "sign 0.1"]
+    assert qb["max_over_mean"][0] == slow["max_over_mean"][0]        # same first batch, bias 0
+    assert qb["dead"][-1] == 0 and qb["max_over_mean"][-1] < 2 * runs["floor"]
+    assert slow["max_over_mean"][-1] > 2 * qb["max_over_mean"][-1]
+    assert steps_to([3.0, 1.2, 1.05], 1.1) == 3 and steps_to([3.0], 1.1) is None
+
+
+def test_quantile_balancing_figure_has_one_slider_step_per_sign_step():
+    from gpt2k3.book.figures.k3_adds import balancing_runs, quantile_balancing
+
+    runs = balancing_runs(n_experts=32, top_k=2, tokens=128, steps=3, sign_steps=(1e-3, 1e-2))
+    fig = quantile_balancing(runs)
+    assert len(fig.layout.sliders[0].steps) == 2 and len(fig.data) == 4
+    one = quantile_balancing(balancing_runs(32, 2, 128, 3, [1e-2]))
+    assert not one.layout.sliders                                      # a live explorer's view
+    with pytest.raises(ValueError, match="active"):
+        quantile_balancing(runs, active=5)
+
+
+def test_worked_example_and_schematic():
+    from gpt2k3.book.figures.k3_adds import latent_moe_schematic, qb_worked_example
+
+    ex = qb_worked_example()
+    assert ex["load_before"] == [4, 3, 1, 0] and ex["load_after"] == [2, 2, 2, 2]
+    fig = latent_moe_schematic()
+    assert len(fig.layout.shapes) == 8
+    with pytest.raises(ValueError, match="spec"):
+        latent_moe_schematic("K3")
+
+
+def test_balancing_explorer_redraws():
+    from gpt2k3.book.widgets.balancing import balancing_explorer
+
+    ex = balancing_explorer()
+    ex.controls["experts"].value = 8
+    assert ex.controls["top_k"].max == 7 and ex.controls["top_k"].value <= 7

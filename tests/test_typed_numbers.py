@@ -56,6 +56,9 @@ PENDING: dict[str, str] = {}
 
 #: Exact phrases a notebook may keep, with the reason each is not data.
 NOTEBOOK_ALLOW: dict[str, dict[str, str]] = {
+    "08_what_k3_adds": {
+        "Nemotron 3 models": "the name of NVIDIA's model family that introduced LatentMoE, cited",
+    },
     "09_k3_accounting": {
         "2.78 trillion parameters": "the chapter title quotes the Kimi K3 report's Table 1 total; a heading "
                                     "holds no glue role, the text glues it (pub_total_t) with its citation, "

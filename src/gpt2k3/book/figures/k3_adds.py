@@ -35,7 +35,7 @@ from gpt2k3.experiments.forgetting import half_life
 __all__ = ["attn_res_sources", "bounded_decay", "latent_experts", "situ_vs_swiglu",
            "ATTN_RES_BLOCK_SIZES", "LATENT_DIMS", "SITU_BETAS", "QB_EXAMPLE_SCORES",
            "SIGN_STEPS", "qb_worked_example", "balancing_runs", "steps_to",
-           "quantile_balancing"]
+           "quantile_balancing", "latent_moe_schematic"]
 
 _BLUE, _ORANGE, _GREEN, _PINK, _GREY = PALETTE[0], PALETTE[1], PALETTE[2], PALETTE[3], "#888888"
 
@@ -415,7 +415,7 @@ def qb_worked_example(scores=QB_EXAMPLE_SCORES, k: int = 1) -> dict:
 
 
 def balancing_runs(n_experts: int = KIMI_K3.n_routed_experts, top_k: int = KIMI_K3.top_k,
-                   tokens: int = 2048, steps: int = 16, sign_steps: Sequence[float] = SIGN_STEPS,
+                   tokens: int = 1024, steps: int = 12, sign_steps: Sequence[float] = SIGN_STEPS,
                    skew: float = 1.0, seed: int = 0, bins: int | None = None) -> dict:
     """Route a fresh batch of ``tokens`` through a skewed router every step, under Quantile
     Balancing and under the sign rule at each of ``sign_steps``; all rules see the same batches.
@@ -515,3 +515,52 @@ def quantile_balancing(runs: dict | None = None, active: int | None = None) -> g
                 f"experts {hist['QB']['dead'][-1]} and {hist[name]['dead'][-1]}; an unskewed "
                 f"router's max/mean on such a batch: {runs['floor']:.2f}")}))
     return _finish(fig, steps, "sign rule's step: ", active)
+
+
+def latent_moe_schematic(spec: ArchSpec = KIMI_K3) -> go.Figure:
+    """A schematic of one latent-MoE layer: the router and the shared experts read the full-width
+    token; the routed experts read its down projection, their weighted sum is normalised and
+    projected back up once (report section 2.3, Eq. 11). Widths from ``spec``."""
+    if not isinstance(spec, ArchSpec) or not spec.moe_latent_dim:
+        raise ValueError(f"spec must be an ArchSpec with a latent MoE, got {spec!r}")
+    d, w, k, n = spec.d_model, spec.moe_latent_dim, spec.top_k, spec.n_routed_experts
+    boxes = [  # (x, y, text, colour): centres on a 10 x 6 canvas
+        (0.8, 3.0, f"x<br>{d:,}", _GREY),
+        (3.0, 5.1, f"router<br>scores {n}, top-{k}", _ORANGE),
+        (3.0, 3.0, f"W↓<br>{d:,} → {w:,}", _BLUE),
+        (5.1, 3.0, f"{k} of {n} experts<br>at width {w:,}", _BLUE),
+        (7.0, 3.0, f"Σ w·E(z)<br>RMSNorm", _BLUE),
+        (8.7, 3.0, f"W↑<br>{w:,} → {d:,}", _BLUE),
+        (5.1, 0.9, f"{spec.n_shared_experts} shared experts<br>at width {d:,}", _GREEN),
+        (9.9, 1.9, "+", _GREY),
+    ]
+    arrows = [(0, 1, "right", "left"), (0, 2, "right", "left"), (2, 3, "right", "left"),
+              (3, 4, "right", "left"), (4, 5, "right", "left"), (5, 7, "bottom", "top"),
+              (0, 6, "right", "left"), (6, 7, "right", "left"), (1, 3, "right", "top")]
+    fig = go.Figure()
+    for x0, y0, text, color in boxes:
+        half = 0.3 if text == "+" else 0.75
+        fig.add_shape(type="rect", x0=x0 - half, x1=x0 + half, y0=y0 - 0.55, y1=y0 + 0.55,
+                      line=dict(color=color, width=2), fillcolor="rgba(0,0,0,0)")
+        fig.add_annotation(x=x0, y=y0, text=text, showarrow=False, font=dict(size=12))
+
+    def edge(i, side):
+        x0, y0, text, _ = boxes[i]
+        half = 0.3 if text == "+" else 0.75
+        return {"right": (x0 + half, y0), "left": (x0 - half, y0), "top": (x0, y0 + 0.55),
+                "bottom": (x0, y0 - 0.55)}[side]
+
+    for a, b, out, into in arrows:
+        (xa, ya), (xb, yb) = edge(a, out), edge(b, into)
+        fig.add_annotation(x=xb, y=yb, ax=xa, ay=ya, xref="x", yref="y", axref="x", ayref="y",
+                           showarrow=True, arrowhead=3, arrowwidth=1.5, arrowcolor="#666",
+                           text="")
+    fig.add_annotation(x=4.0, y=5.55, text="weights w (no bias)", showarrow=False,
+                       font=dict(size=11, color=_ORANGE))
+    style(fig, title="", x_title="", y_title="", height=380)
+    fig.update_xaxes(visible=False, range=[0, 10.4])
+    fig.update_yaxes(visible=False, range=[0, 6], scaleanchor=None)
+    fig.update_layout(margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
+                      title=dict(text=f"{spec.name}'s MoE layer: only the routed experts are "
+                                      f"narrow"))
+    return fig
