@@ -163,10 +163,11 @@ def intra_chunk(Q, K, V, beta):
     so that ``U_new = U - W S`` for whatever ``S`` enters the chunk. Returns ``(W, U, P)``,
     ``P = tril(Q K^T)`` the causal scores inside the chunk.
     """
-    L = (beta.unsqueeze(-1) * (K @ K.transpose(-1, -2))).tril(-1)  # below the unit diagonal
+    A, P = K @ K.transpose(-1, -2), (Q @ K.transpose(-1, -2)).tril()  # the scores; P causal
+    L = (beta.unsqueeze(-1) * A).tril(-1)  # below the unit diagonal
     T = unit_lower_inverse(L) * beta.unsqueeze(-2)  # (I + L)^-1 diag(beta)
-    P = (Q @ K.transpose(-1, -2)).tril()  # token i reads the corrections of tokens j <= i
-    return T @ K, T @ V, P
+    W, U = T @ K, T @ V  # the WY factors
+    return W, U, P
 
 
 def intra_chunk_gated(Q, K, V, beta, g):
@@ -180,10 +181,10 @@ def intra_chunk_gated(Q, K, V, beta, g):
     ``(W, U, P, Q_in, K_out, decay)``: the WY factors, the scores, the decayed queries and keys,
     and the decay over the whole chunk, ``(..., G, 1)``.
     """
-    A, P, to_start, to_end = chunk_decays(Q, K, g)  # scores with the decays in them
-    L = (beta.unsqueeze(-1) * A).tril(-1)
-    T = unit_lower_inverse(L) * beta.unsqueeze(-2)
-    W, U = T @ (K * to_start), T @ V
+    A, P, to_start, to_end = chunk_decays(Q, K, g)  # the scores, with the decays inside them
+    L = (beta.unsqueeze(-1) * A).tril(-1)  # below the unit diagonal
+    T = unit_lower_inverse(L) * beta.unsqueeze(-2)  # (I + L)^-1 diag(beta)
+    W, U = T @ (K * to_start), T @ V  # the WY factors; S reaches token i decayed by to_start
     return W, U, P, Q * to_start, K * to_end, to_start[..., -1, :].unsqueeze(-1)
 
 

@@ -140,7 +140,7 @@ def chunkwise(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     (B, H, T, Dk), Dv = k.shape, v.shape[-1]
     S = k.new_zeros(B * H, Dk, Dv) if initial_state is None else initial_state.to(dtype).reshape(B * H, Dk, Dv)
     o = torch.empty_like(v)
-    for span, size in chunk_spans(T, chunk_size, B * H, Dk, Dv):  # groups of chunks that fit in memory
+    for span, size in chunk_spans(T, chunk_size, B * H, Dk, Dv):  # groups that fit in memory
         Q, K, V, b = (as_chunks(x[:, :, span], size) for x in (q, k, v, beta))  # (B*H, N, C, .)
         W, U, P = intra_chunk(Q, K, V, b)  # step 1, all N chunks at once: the UT/WY step
         u, S_in, S = pass_state(W, U, K, S)  # step 2, chunk after chunk: the state pass

@@ -99,9 +99,9 @@ def chunkwise(q, k, v, beta, g, *, initial_state=None, chunk_size: int = 64):
     (B, H, T, Dk), Dv = k.shape, v.shape[-1]
     S = k.new_zeros(B * H, Dk, Dv) if initial_state is None else initial_state.to(dtype).reshape(B * H, Dk, Dv)
     o = torch.empty_like(v)
-    for span, size in chunk_spans(T, chunk_size, B * H, Dk, Dv, g.shape[-1]):
-        Q, K, V, b, G = (as_chunks(x[:, :, span], size) for x in (q, k, v, beta, g))
+    for span, size in chunk_spans(T, chunk_size, B * H, Dk, Dv, g.shape[-1]):  # groups that fit in memory
+        Q, K, V, b, G = (as_chunks(x[:, :, span], size) for x in (q, k, v, beta, g))  # (B*H, N, C, .)
         W, U, P, Q, K, decay = intra_chunk_gated(Q, K, V, b, G)  # step 1, decays included
-        u, S_in, S = pass_state(W, U, K, S, decay)  # step 2, the state fading over each chunk
+        u, S_in, S = pass_state(W, U, K, S, decay)  # step 2, chunk after chunk: the state pass
         o[:, :, span] = (Q @ S_in + P @ u).view_as(o[:, :, span])  # step 3: O = Q S_in + P u
     return o.to(out_dtype), S.view(B, H, Dk, Dv)
