@@ -30,3 +30,21 @@ if ! command -v bible >/dev/null 2>&1; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bible-kjv >/dev/null
 fi
+# The live panel (book/live.md) runs the book's small models in the reader's browser with
+# onnxruntime-web, an npm package pinned by package-lock.json. Its files (about 15 MB, too
+# large to commit) are copied with the exported models into book/_static/live, which the site
+# serves; the page fetches them only when the reader asks. npm comes from Debian when missing.
+if ! command -v npm >/dev/null 2>&1; then
+    echo "==> installing Debian's npm (the live panel's runtime is an npm package)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm >/dev/null
+fi
+lock=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ "$(cat node_modules/.installed 2>/dev/null || true)" != "$lock" ]; then
+    echo "==> installing onnxruntime-web (npm ci, pinned by package-lock.json)"
+    npm ci --no-audit --no-fund --loglevel=error
+    echo "$lock" > node_modules/.installed
+fi
+python -m gpt2k3.book.live.stage
