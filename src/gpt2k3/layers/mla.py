@@ -403,7 +403,7 @@ class MLA(nn.Module):
         p = self._causal_softmax(scores * self.cfg.softmax_scale, start)
         o_lat = torch.einsum("bhts,bsr->bhtr", p, c_kv)                # attention averages latents
         o = torch.einsum("bhtr,hvr->bhtv", o_lat, w_uv)                # W_UV once, on the average
-        out = self._output(o, x)
+        out = self.output(o, x)
         return out[:, 0] if squeeze else out
 
     # ------------------------------------------------------------------ building blocks
@@ -427,12 +427,12 @@ class MLA(nn.Module):
         cache.extend(*self._latents(x, start))            # refuses, unwritten, when it is full
         return x, start, squeeze
 
-    def _rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
+    def rope(self, x: torch.Tensor, start: int) -> torch.Tensor:
         """RoPE at positions ``start, start + 1, ...`` (dim -2); NoPE (``cfg.rope=False``): none."""
         if not self.cfg.rope:
             return x
-        positions = torch.arange(start, start + x.shape[-2])
-        return apply_rope(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
+        positions = torch.arange(start, start + x.shape[-2])       # checked config: the bare body
+        return apply_rope.__wrapped__(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
 
     def _queries(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``q_nope`` ``(B, H, T, dn)`` and roped ``q_rope`` ``(B, H, T, dr)`` from ``start`` on."""
@@ -444,14 +444,14 @@ class MLA(nn.Module):
         b, t, _ = x.shape
         q = q.view(b, t, cfg.n_heads, cfg.qk_head_dim).transpose(1, 2)
         q_nope, q_rope = q.split([cfg.qk_nope_head_dim, cfg.qk_rope_head_dim], dim=-1)
-        return q_nope, self._rope(q_rope, start)
+        return q_nope, self.rope(q_rope, start)
 
     def _latents(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """What the cache stores: normalised ``c_kv`` ``(B, T, r)``, roped ``k_rope`` ``(B, T, dr)``."""
         c_kv, k_rope = self.kv_a_proj_with_mqa(x).split(
             [self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim], dim=-1
         )
-        return self.kv_a_layernorm(c_kv), self._rope(k_rope, start)
+        return self.kv_a_layernorm(c_kv), self.rope(k_rope, start)
 
     def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``kv_b_proj``'s blocks ``W_UK`` ``(H, dn, r)`` and ``W_UV`` ``(H, dv, r)``."""
@@ -467,7 +467,7 @@ class MLA(nn.Module):
         k_pos = torch.arange(s, device=scores.device)[None, :]
         return scores.masked_fill(k_pos > q_pos, float("-inf")).softmax(dim=-1)
 
-    def _output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def output(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """``o_proj`` of the heads of ``o`` ``(B, H, T, dv)``, gated by ``sigmoid(g_proj(x))``."""
         b, _, t, _ = o.shape
         o = o.transpose(1, 2).reshape(b, t, -1)
@@ -492,7 +492,7 @@ class MLA(nn.Module):
         q = torch.cat(self._queries(x, q_start), dim=-1)
         k, v = self._expand(c_kv, k_rope)
         p = self._causal_softmax((q @ k.transpose(-2, -1)) * self.cfg.softmax_scale, q_start)
-        return self._output(p @ v, x)
+        return self.output(p @ v, x)
 
 
 @torch.no_grad()
