@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = ["intra_chunk", "intra_chunk_gated", "chunk_decays", "channel_decays", "pass_state",
-           "unit_lower_inverse", "chunk_spans", "as_chunks", "chunked", "BLOCK_ELEMENTS"]
+           "unit_lower_inverse", "chunk_spans", "as_chunks", "BLOCK_ELEMENTS"]
 
 #: In the chunked core, log-decays are clamped to at least this (``exp`` of it is exactly 0 in
 #: float32 and float64), so that ``log_alpha = -inf`` (a full reset) never meets ``-inf - -inf``.
@@ -254,19 +254,3 @@ def as_chunks(x: torch.Tensor, size: int) -> torch.Tensor:
     """A ``(B, H, n * size, ...)`` stretch of tokens as ``(B * H, n, size, ...)`` chunks."""
     B, H, T = x.shape[:3]
     return x.reshape(B * H, T // size, size, *x.shape[3:])
-
-
-def chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
-    r"""The fast (gated) delta rule on inputs already checked: ``(o, S)``.
-
-    Kept for callers that hold a state and a log decay side by side (``benchmarks/gpu.py``
-    captures it in a CUDA graph): the body of :func:`gpt2k3.ops.delta.chunkwise` when
-    ``log_alpha`` is None, else of :func:`gpt2k3.ops.gated_delta.chunkwise`. Checks nothing and
-    reads nothing back to the host.
-    """
-    from gpt2k3.ops import delta, gated_delta  # the bodies live with their doors
-
-    if log_alpha is None:
-        return delta.chunkwise.__wrapped__(q, k, v, beta, initial_state=S, chunk_size=chunk_size)
-    return gated_delta.chunkwise.__wrapped__(q, k, v, beta, log_alpha, initial_state=S,
-                                             chunk_size=chunk_size)

@@ -27,7 +27,7 @@ that is equal across channels is exactly Gated DeltaNet.
 fast form but the door's checks. :func:`chunkwise` is :func:`gpt2k3.ops.delta.chunkwise` with
 the decays threaded through its two steps: the UT/WY step becomes
 :func:`~gpt2k3.ops._chunked.intra_chunk_gated`, and the state pass decays the state over each
-chunk. :func:`chunked` (from ``gpt2k3.ops._chunked``) runs either body for callers that hold a
+chunk. :func:`chunked` runs either body for callers that hold a
 state and a log decay side by side. Inside a chunk, token ``j``'s write has decayed by
 ``exp(g_i - g_j)`` by token ``i``, with ``g`` the chunk-local cumulative log decay:
 
@@ -61,7 +61,8 @@ from __future__ import annotations
 import torch
 
 from gpt2k3.checks import check_gated_delta_rule_call, checked
-from gpt2k3.ops._chunked import as_chunks, chunk_spans, chunked, intra_chunk_gated, pass_state
+from gpt2k3.ops import delta
+from gpt2k3.ops._chunked import as_chunks, chunk_spans, intra_chunk_gated, pass_state
 
 __all__ = ["recurrent", "chunkwise", "chunked"]
 
@@ -105,3 +106,13 @@ def chunkwise(q, k, v, beta, g, *, initial_state=None, chunk_size: int = 64):
         u, S_in, S = pass_state(W, U, K, S, decay)  # step 2, chunk after chunk: the state pass
         o[:, :, span] = (Q @ S_in + P @ u).view_as(o[:, :, span])  # step 3: O = Q S_in + P u
     return o.to(out_dtype), S.view(B, H, Dk, Dv)
+
+
+def chunked(q, k, v, beta, log_alpha, S, chunk_size: int):
+    """The fast (gated) delta rule on inputs already checked: ``(o, S)``, for callers that hold a
+    state and a log decay side by side (``benchmarks/gpu.py`` captures it in a CUDA graph). The
+    body of :func:`gpt2k3.ops.delta.chunkwise` when ``log_alpha`` is None, else of
+    :func:`chunkwise`; checks nothing and reads nothing back to the host."""
+    if log_alpha is None:
+        return delta.chunkwise.__wrapped__(q, k, v, beta, initial_state=S, chunk_size=chunk_size)
+    return chunkwise.__wrapped__(q, k, v, beta, log_alpha, initial_state=S, chunk_size=chunk_size)
