@@ -33,7 +33,7 @@ from gpt2k3.checks import check_int, check_number, check_positive_float
 from gpt2k3.experiments import memory
 from gpt2k3.ops import softmax, wy
 
-__all__ = ["state_before_after", "causal_attention_weights", "wy_ut_matrices", "chunkwise_steps"]
+__all__ = ["PNGFigure", "state_before_after", "causal_attention_weights", "wy_ut_matrices", "chunkwise_steps"]
 
 _CMAP = "RdBu_r"  # diverging: 0 is white, signs are colours
 
@@ -51,6 +51,10 @@ class _PNGFigure(Figure):
         self.savefig(buf, format="png", dpi=100, metadata={"Software": None})
         meta = {k: v for k, v in (("caption", self.caption), ("alt", self.alt)) if v}
         return (buf.getvalue(), meta) if meta else buf.getvalue()
+
+
+#: The public name of the PNG figure class, for other figure modules that build static pictures.
+PNGFigure = _PNGFigure
 
 
 def _heatmaps(panels: dict, title: str, *, width: float = 3.0, symmetric: bool = True,
