@@ -87,6 +87,24 @@ def test_parallel_equals_gpt2_attention_heads():
     torch.testing.assert_close(attn.c_proj(y), attn(x), atol=1e-6, rtol=1e-5)
 
 
+def test_written_out_attention_equals_the_fused_layer_and_the_token_loop():
+    """Chapter 1's GPT2Attention (scores, mask, softmax, weighted values written out) equals the
+    fused layer with the same weights, and its heads equal recurrent(), one query at a time."""
+    from gpt2k3.config import GPTConfig
+    from gpt2k3.layers.attention import CausalSelfAttention, GPT2Attention
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(n_embd=32, n_head=4, n_layer=1, vocab_size=11, block_size=16)
+    written, fused = GPT2Attention(cfg).eval(), CausalSelfAttention(cfg).eval()
+    fused.load_state_dict(written.state_dict())
+    x = torch.randn(2, 9, 32)
+    torch.testing.assert_close(written(x), fused(x), atol=1e-6, rtol=1e-5)
+    q, k, v = written.c_attn(x).split(32, dim=2)
+    q, k, v = (t.view(2, 9, 4, 8).transpose(1, 2) for t in (q, k, v))
+    y = softmax.recurrent(q, k, v).transpose(1, 2).reshape(2, 9, 32)
+    torch.testing.assert_close(written.c_proj(y), written(x), atol=1e-6, rtol=1e-5)
+
+
 def test_parallel_is_causal():
     q, k, v = make(1, 2, 10, 4, seed=3)
     k2, v2 = k.clone(), v.clone()

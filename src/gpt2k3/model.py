@@ -119,8 +119,9 @@ class GPT2(nn.Module):
 
     @checked(check_forward)
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)  # positions 0 .. T-1
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        pos = torch.arange(0, idx.shape[1], device=idx.device)  # positions 0 .. T-1
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        x = self.transformer.drop(x)
         for block in self.transformer.h:
             x = block(x)
         return self.lm_head(self.transformer.ln_f(x))
@@ -226,9 +227,10 @@ class GPT(GPT2):
     @checked(check_forward)
     def forward(self, idx: torch.Tensor, cache: ModelCache | None = None) -> torch.Tensor:
         past = cache.length if cache is not None else 0  # tokens already in the cache
+        pos = torch.arange(past, past + idx.shape[1], device=idx.device)  # positions past .. past+T-1
         x = self.transformer.wte(idx)
         if "wpe" in self.transformer:  # a model without positions (NoPE) has no table
-            x = x + self.transformer.wpe(torch.arange(past, past + idx.shape[1], device=idx.device))
+            x = x + self.transformer.wpe(pos)
         x = self.transformer.drop(x)
         caches = cache.layers if cache is not None else [None] * len(self.transformer.h)
         if self.residual is None:

@@ -62,8 +62,9 @@ def check_last_only(self, idx, *, last_only=False) -> None:
 def forward_last_only(self: GPT2, idx: torch.Tensor, *, last_only: bool = False) -> torch.Tensor:
     """Exercise 1.3: :meth:`gpt2k3.model.GPT2.forward` with ``last_only``: the head runs on the
     last position alone, ``(B, 1, vocab_size)``, the only logits a decode step samples from."""
-    pos = torch.arange(idx.shape[1], device=idx.device)  # positions 0 .. T-1
-    x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+    pos = torch.arange(0, idx.shape[1], device=idx.device)  # positions 0 .. T-1
+    x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+    x = self.transformer.drop(x)
     for block in self.transformer.h:
         x = block(x)
     if last_only:  # every earlier position's logits would be computed only to be thrown away

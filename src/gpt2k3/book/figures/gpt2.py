@@ -112,7 +112,7 @@ def decode_waste(prompt_len: int = 8, lengths: Sequence[int] = (8, 16, 32, 64, 1
             label=str(n),
             data={"x": [c["step"], c["step"], c["step"], c["step"]],
                   "y": [recomputed, c["used"], c["total_computed"], c["total_needed"]]},
-            layout={"title.text": (f"{n} tokens after a {prompt_len}-token prompt, no cache:<br>"
+            layout={"title.text": (f"{n} tokens after a prompt of {prompt_len}, no cache:<br>"
                                    f"{c['total_computed'][-1]:,} positions computed, "
                                    f"{c['total_needed'][-1]:,} needed with a cache "
                                    f"({100 * waste:.1f}% wasted)")}))
