@@ -390,7 +390,8 @@ def test_every_page_at_1400_px(site, browser, capsys):
         reports, metrics, figs = book_audit.audit_page(page, base, rel, book_audit.chapter_of(rel))
         opened += 1
         if page.locator("div.math, span.math").count():
-            page.wait_for_selector("mjx-container", timeout=15000)
+            # attached, not visible: a page's first math may sit in a collapsed dropdown
+            page.wait_for_selector("mjx-container", state="attached", timeout=15000)
             math_pages += 1
         if metrics["blocking"]:
             problems.append(f"{rel}: scripts block the first paint: {metrics['blocking']}")
