@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HELD_TO_THE_BAR = (
     "book/intro.md",
     "book/interlude.md",
+    "notebooks/01_gpt2.ipynb",
+    "notebooks/02_kv_cache.ipynb",
     "notebooks/10_recall_experiment.ipynb",
 )
 
