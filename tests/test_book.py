@@ -75,6 +75,15 @@ def test_landing_page_numbers_are_computed(site):
     assert f"{gpt2:,}" in page
     assert f"{int(K3_TOTAL_PARAMS // round(gpt2, -6)):,}" in page
     assert f"{K3_TOTAL_PARAMS / gpt2:,.0f}" in page
+    # "is it just scale?": chapter 11's compute multiplier as its file holds it, a multiplier or,
+    # when GPT-2 never reached the tiny K3's loss, a lower bound
+    from gpt2k3.book.results import load
+
+    cm = load("compute_multiplier.json")
+    if cm.get("multiplier") is not None:
+        assert f"about {cm['multiplier']:.1f}×" in page
+    else:
+        assert f"more than {cm['lower_bound']:.1f}×" in page
 
 
 def test_no_page_references_another_site_for_a_resource(site):
