@@ -185,11 +185,10 @@ def test_bad_forward_input(model):
         LinearAttention({"n_embd": 32})
     with pytest.raises(ValueError, match=r"idx must have shape \(B, T\) with T >= 1"):
         decode_token_by_token(model, torch.zeros(1, 0, dtype=torch.long), model.new_cache(1))
-    # the layer is the front door for values: the ops behind it read shapes only
+    # the layer reads shapes only (a decode step never waits on the device): NaN in, NaN out
     x = torch.zeros(1, 3, 32, dtype=torch.float64)
     x[0, 1, 2] = float("nan")
-    with pytest.raises(ValueError, match="x must be finite everywhere"):
-        layer(x)
+    assert torch.isnan(layer(x)).any()
 
 
 @pytest.mark.parametrize("args", [(0, 1, 1), (1, 0, 1), (1, 1, 0), (1, 1, 1.5), (True, 1, 1)])
