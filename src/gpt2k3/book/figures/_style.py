@@ -11,6 +11,12 @@ range control, all HTML that wraps at any width; on a phone the panels stack; ma
 until every label fits; colours follow light or dark mode.  So a figure here needs no margins
 or title lengths of its own for the web: a long title is fine (it is a caption there), and an
 axis title longer than its axis is broken into lines.
+
+Colours are chosen for a white page; the frame adapts them to a dark one.  A label's colour
+(an annotation, text on a trace) is mixed toward the theme's text colour until it reads at
+4.5:1 contrast or better (a grey reference label such as ``#555`` sits at 2.4:1 on the dark
+page otherwise), and a colour scale keeps its hues with its lightness mirrored, so a heatmap's
+zero cells take the page's colour instead of staying white.  The browser test checks both.
 """
 
 from __future__ import annotations
