@@ -75,3 +75,16 @@ def test_8_4_channel_reading_broadcasts_over_heads_and_checks_its_shape():
         ch08.bounded_log_decay_per_channel(x, a, torch.zeros(3, dtype=torch.float64))
     # the per-head form is unchanged
     assert bounded_log_decay(x, torch.zeros(2, dtype=torch.float64), dt_bias, -5.0).shape == x.shape
+
+
+def test_8_5_sign_rule_tradeoff():
+    from gpt2k3.book.figures.k3_adds import balancing_runs
+
+    runs = balancing_runs(n_experts=64, top_k=4, tokens=256, steps=6, sign_steps=(1e-3, 1e-1))
+    rows = {r["rule"]: r for r in ch08.sign_rule_tradeoff(runs)}
+    assert set(rows) == {"QB", "sign 0.001", "sign 0.1"}
+    assert rows["QB"]["first_no_idle"] == 2
+    assert rows["sign 0.001"]["last_idle"] >= rows["sign 0.1"]["last_idle"]
+    assert all(0 <= r["swings"] <= 5 and r["largest_rise"] >= 1 for r in rows.values())
+    with pytest.raises(ValueError, match="runs"):
+        ch08.sign_rule_tradeoff({"history": {}})

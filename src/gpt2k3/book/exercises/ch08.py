@@ -8,6 +8,9 @@
   floor (:func:`decay_crossings`).
 * 8.4 (change the code): K3's ``A_log`` read as one value per key channel, shared by the
   heads, instead of one per head (:func:`bounded_log_decay_per_channel`).
+* 8.5 (predict): the sign rule's trade-off on Figure 8.6's slider -- which step leaves the
+  fewest idle experts, and how often each makes the load swing back up
+  (:func:`sign_rule_tradeoff`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from gpt2k3.experiments.forgetting import half_life
 from gpt2k3.layers.deltanet import bounded_log_decay
 
 __all__ = ["latent_moe_factors", "widest_reads", "decay_crossings", "check_a_log_per_channel",
-           "bounded_log_decay_per_channel", "compare_a_log_readings"]
+           "bounded_log_decay_per_channel", "compare_a_log_readings", "sign_rule_tradeoff"]
 
 
 # ------------------------------------------------------------------------------- 8.1 derive
@@ -165,3 +168,22 @@ def compare_a_log_readings(spec=KIMI_K3, stored: int | None = None, H: int = 3, 
             "agree_when_equal": float(agree),
             "differ_otherwise": float((per_channel - per_head).abs().max()),
             "in_range": bool(((both >= lam) & (both <= 0)).all())}
+
+
+# ------------------------------------------------------------------------------- 8.5 predict
+def sign_rule_tradeoff(runs: dict) -> list[dict]:
+    """For each rule of :func:`gpt2k3.book.figures.k3_adds.balancing_runs`' ``runs``: the
+    max/mean load and the idle experts of the last batch, the first step with no idle expert
+    (``None`` if never), the swings -- steps at which the max/mean load rose again -- and the
+    largest rise, the biggest factor by which it grew from one batch to the next."""
+    if not isinstance(runs, dict) or "history" not in runs or "names" not in runs:
+        raise ValueError("runs must be the dict balancing_runs returns")
+    rows = []
+    for name in runs["names"]:
+        h = runs["history"][name]
+        ratio, dead = h["max_over_mean"], h["dead"]
+        rows.append({"rule": name, "last_max_over_mean": ratio[-1], "last_idle": dead[-1],
+                     "first_no_idle": next((i + 1 for i, d in enumerate(dead) if d == 0), None),
+                     "swings": sum(b > a for a, b in zip(ratio, ratio[1:])),
+                     "largest_rise": max([b / a for a, b in zip(ratio, ratio[1:])] + [1.0])})
+    return rows

@@ -485,7 +485,7 @@ def quantile_balancing(runs: dict | None = None, active: int | None = None) -> g
     xs = list(range(1, runs["steps"] + 1))
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13)
     for col, key, unit in ((1, "max_over_mean", "max/mean load %{y:.3g}"),
-                           (2, "dead", "%{y} dead experts")):
+                           (2, "dead", "%{y} idle experts")):
         fig.add_trace(go.Scatter(x=xs, y=hist["QB"][key], name="Quantile Balancing",
                                  mode="lines+markers", line=dict(color=_BLUE),
                                  showlegend=col == 1,
@@ -494,13 +494,15 @@ def quantile_balancing(runs: dict | None = None, active: int | None = None) -> g
                                  line=dict(color=_ORANGE), showlegend=col == 1,
                                  hovertemplate=f"sign rule, step %{{x}}: {unit}<extra></extra>"),
                       1, col)
-    fig.add_hline(y=runs["floor"], line=dict(color=_GREY, dash="dot"), row=1, col=1,
-                  annotation_text="unskewed router", annotation_position="bottom right")
+    fig.add_trace(go.Scatter(x=xs, y=[runs["floor"]] * len(xs), name="unskewed router",
+                             mode="lines", line=dict(color=_GREY, dash="dot"),
+                             hovertemplate="an unskewed router: max/mean load %{y:.3g}"
+                                           "<extra></extra>"), 1, 1)
     style(fig, title="", x_title="step (one fresh batch each)",
           y_title="max/mean load (log scale)", height=500)
     _top(fig, 140)
     fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_yaxes(title_text="dead experts (no token)", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="idle experts (no token)", rangemode="tozero", row=1, col=2)
     fig.update_xaxes(title_text="step (one fresh batch each)", row=1, col=2)
     steps = []
     for x, name in zip(sign, runs["names"][1:]):
@@ -508,12 +510,11 @@ def quantile_balancing(runs: dict | None = None, active: int | None = None) -> g
             label=f"{x:g}", data={"y": [hist[name]["max_over_mean"], hist[name]["dead"]]},
             traces=[1, 3],
             layout={"title.text": (
-                f"{runs['n_experts']} experts, top-{runs['top_k']}, {runs['tokens']:,} tokens "
-                f"per batch: after {runs['steps']} steps, max/mean load "
-                f"{hist['QB']['max_over_mean'][-1]:.2f} (QB) and "
-                f"{hist[name]['max_over_mean'][-1]:.2f} (sign rule, step {x:g})<br>dead "
-                f"experts {hist['QB']['dead'][-1]} and {hist[name]['dead'][-1]}; an unskewed "
-                f"router's max/mean on such a batch: {runs['floor']:.2f}")}))
+                f"{runs['n_experts']} experts, top-{runs['top_k']}, {runs['tokens']:,} tokens a "
+                f"batch; after {runs['steps']} steps:<br>max/mean load "
+                f"{hist['QB']['max_over_mean'][-1]:.2f} (QB), "
+                f"{hist[name]['max_over_mean'][-1]:.2f} (sign rule, step {x:g}); idle experts "
+                f"{hist['QB']['dead'][-1]} and {hist[name]['dead'][-1]}")}))
     return _finish(fig, steps, "sign rule's step: ", active)
 
 
@@ -532,11 +533,11 @@ def latent_moe_schematic(spec: ArchSpec = KIMI_K3) -> go.Figure:
         (7.0, 3.0, f"Σ w·E(z)<br>RMSNorm", _BLUE),
         (8.7, 3.0, f"W↑<br>{w:,} → {d:,}", _BLUE),
         (5.1, 0.9, f"{spec.n_shared_experts} shared experts<br>at width {d:,}", _GREEN),
-        (9.9, 1.9, "+", _GREY),
+        (9.95, 3.0, "+", _GREY),
     ]
     arrows = [(0, 1, "right", "left"), (0, 2, "right", "left"), (2, 3, "right", "left"),
-              (3, 4, "right", "left"), (4, 5, "right", "left"), (5, 7, "bottom", "top"),
-              (0, 6, "right", "left"), (6, 7, "right", "left"), (1, 3, "right", "top")]
+              (3, 4, "right", "left"), (4, 5, "right", "left"), (5, 7, "right", "left"),
+              (0, 6, "right", "left"), (6, 7, "right", "bottom"), (1, 3, "right", "top")]
     fig = go.Figure()
     for x0, y0, text, color in boxes:
         half = 0.3 if text == "+" else 0.75
@@ -555,10 +556,10 @@ def latent_moe_schematic(spec: ArchSpec = KIMI_K3) -> go.Figure:
         fig.add_annotation(x=xb, y=yb, ax=xa, ay=ya, xref="x", yref="y", axref="x", ayref="y",
                            showarrow=True, arrowhead=3, arrowwidth=1.5, arrowcolor="#666",
                            text="")
-    fig.add_annotation(x=4.0, y=5.55, text="weights w (no bias)", showarrow=False,
+    fig.add_annotation(x=4.75, y=4.55, text="weights w", showarrow=False, xanchor="left",
                        font=dict(size=11, color=_ORANGE))
     style(fig, title="", x_title="", y_title="", height=380)
-    fig.update_xaxes(visible=False, range=[0, 10.4])
+    fig.update_xaxes(visible=False, range=[0, 10.35])
     fig.update_yaxes(visible=False, range=[0, 6], scaleanchor=None)
     fig.update_layout(margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
                       title=dict(text=f"{spec.name}'s MoE layer: only the routed experts are "
