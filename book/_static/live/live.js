@@ -7,6 +7,8 @@
   var script = document.currentScript;
   var BASE = script ? script.src.replace(/[^/]*$/, "") : "_static/live/";
   var MAX_NEW = 256, MAX_PROMPT = 200;
+  var SHORT = { gpt2: "GPT-2 · KV cache", gated_deltanet: "Gated DeltaNet · state", k3: "Tiny K3 · hybrid" };
+  function chartWidth(node) { return Math.max(320, Math.min(600, Math.round(node.clientWidth || 600))); }
 
   function el(tag, attrs, kids) {
     var e = document.createElement(tag);
@@ -248,20 +250,20 @@
     };
     function renderTable(length, current, measured) {
       var models = state.manifest.models;
-      var rows = [el("tr", {}, [el("th", { text: "Model" }), el("th", { text: "Accounting at " + length + " tokens" }),
-                                el("th", { text: "Held in this browser" })])];
+      var rows = [el("tr", {}, [el("th", { text: "Model" }), el("th", { text: "Accounting, " + length + " tokens" }),
+                                el("th", { text: "Held here" })])];
       Object.keys(models).forEach(function (k) {
         var m = models[k], acc = m.accounting.fixed + m.accounting.per_token * length;
         var here = m === current;
         rows.push(el("tr", here ? { class: "live-current" } : {}, [
-          el("td", { text: m.label }), el("td", { text: fmtBytes(acc) }),
+          el("td", { text: SHORT[k] || m.label }), el("td", { text: fmtBytes(acc) }),
           el("td", here ? { text: fmtBytes(measured), "data-bytes": String(measured) } : { text: "–" })]));
       });
       ui.memTable.replaceChildren.apply(ui.memTable, rows);
     }
     function renderChart(current, length) {
       var models = state.manifest.models, keys = Object.keys(models);
-      var W = 600, H = 220, L = 56, R = 10, T = 10, B = 30;
+      var W = chartWidth(ui.chart), H = 220, L = 56, R = 10, T = 10, B = 30;
       var xmax = Math.max(32, length, current.block_size === undefined ? 32 : Math.min(current.block_size, Math.max(64, 2 * length)));
       var ymax = 1;
       keys.forEach(function (k) { var a = models[k].accounting; ymax = Math.max(ymax, a.fixed + a.per_token * xmax); });
@@ -282,7 +284,7 @@
       });
       s += '</svg>';
       var legend = keys.map(function (k, i) {
-        return '<span class="live-key live-c' + i + '"><i></i>' + models[k].label + '</span>';
+        return '<span class="live-key live-c' + i + '"><i></i>' + (SHORT[k] || models[k].label) + '</span>';
       }).join("");
       ui.chart.innerHTML = s + '<div class="live-legend">' + legend +
         '<span class="live-note">dashed: the accounting · solid: bytes held here, token by token</span></div>';
@@ -334,16 +336,17 @@
       res.textContent = "Mean read-back error |k S − v| over the " + N + " pairs: additive " + add.toFixed(3) +
         ", delta rule " + del.toFixed(3) + " (D = " + D + ").";
       res.setAttribute("data-additive", add.toFixed(6)); res.setAttribute("data-delta", del.toFixed(6));
-      var W = 600, H = 200, L = 40, R = 10, T = 10, B = 30, xs = [], n;
+      var W = chartWidth(chart), H = 200, L = 40, R = 10, T = 10, B = 30, xs = [], n;
       for (n = 1; n <= 64; n++) xs.push([n, readErr(n, D, false), readErr(n, D, true)]);
-      var ymax = 1.6;
+      var ymax = 0.1;
+      xs.forEach(function (p) { ymax = Math.max(ymax, p[1] * 1.05, p[2] * 1.05); });
       function X(t) { return L + (W - L - R) * (t - 1) / 63; }
       function Y(e) { return H - B - (H - B - T) * Math.min(e, ymax) / ymax; }
       var s = '<svg viewBox="0 0 ' + W + ' ' + H + '" width="100%">';
       s += '<line class="live-axis" x1="' + L + '" y1="' + (H - B) + '" x2="' + (W - R) + '" y2="' + (H - B) + '"/>';
       s += '<line class="live-axis" x1="' + L + '" y1="' + T + '" x2="' + L + '" y2="' + (H - B) + '"/>';
       s += '<line class="live-mark" x1="' + X(D) + '" y1="' + T + '" x2="' + X(D) + '" y2="' + (H - B) + '"/>';
-      s += '<text class="live-tick" x="' + X(D) + '" y="' + (T + 10) + '" text-anchor="middle">N = D</text>';
+      s += '<text class="live-tick" x="' + (X(D) + 3) + '" y="' + (H - B - 6) + '" text-anchor="start">N = D</text>';
       s += '<polyline class="live-meas live-c0" points="' + xs.map(function (p) { return X(p[0]) + "," + Y(p[1]); }).join(" ") + '"/>';
       s += '<polyline class="live-meas live-c1" points="' + xs.map(function (p) { return X(p[0]) + "," + Y(p[2]); }).join(" ") + '"/>';
       s += '<circle class="live-c0" r="4" cx="' + X(N) + '" cy="' + Y(add) + '"/><circle class="live-c1" r="4" cx="' + X(N) + '" cy="' + Y(del) + '"/>';
