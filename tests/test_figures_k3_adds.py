@@ -402,7 +402,7 @@ def test_quantile_balancing_figure_has_one_slider_step_per_sign_step():
 
     runs = balancing_runs(n_experts=32, top_k=2, tokens=128, steps=3, sign_steps=(1e-3, 1e-2))
     fig = quantile_balancing(runs)
-    assert len(fig.layout.sliders[0].steps) == 2 and len(fig.data) == 4
+    assert len(fig.layout.sliders[0].steps) == 2 and len(fig.data) == 5  # 2 rules x 2 + floor
     one = quantile_balancing(balancing_runs(32, 2, 128, 3, [1e-2]))
     assert not one.layout.sliders                                      # a live explorer's view
     with pytest.raises(ValueError, match="active"):
