@@ -137,3 +137,19 @@ def test_float16_storage_keeps_the_numbers_of_float16_weights(tmp_path):
 def test_unknown_model_is_refused():
     with pytest.raises(ValueError, match="key must be one of"):
         ex.load_panel_model("gpt5")
+
+
+def test_saved_weights_load_as_their_float16_rounding(tmp_path):
+    from gpt2k3.book.live import load_model, save_model
+    from gpt2k3.experiments import text_lm
+    from gpt2k3.experiments.text_lm import TextModelConfig
+
+    cfg = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=16, max_context=32, chunk_size=8)
+    net = text_lm.build_model("gated_deltanet", cfg, seed=3)
+    save_model(net, tmp_path / "m.pt", mixer="gated_deltanet", model=cfg, meta={"seed": 3})
+    back, meta = load_model(tmp_path / "m.pt")
+    assert meta == {"seed": 3, "mixer": "gated_deltanet"}
+    for (name, a), (_, b) in zip(net.state_dict().items(), back.state_dict().items()):
+        assert torch.equal(a.half().float(), b), name
+    with pytest.raises(ValueError, match="mixer must be one of"):
+        save_model(net, tmp_path / "x.pt", mixer="softmax", model=cfg)
