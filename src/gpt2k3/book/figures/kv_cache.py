@@ -267,7 +267,8 @@ def concat_vs_preallocated(result: Mapping) -> go.Figure:
 def kv_cache_schematic(max_len: int = 10, prompt_len: int = 4, n_steps: int = 4,
                        active: int = 0) -> go.Figure:
     """The KV cache's write and read, as a picture: one layer's K and V buffers of ``max_len``
-    slots; a slider walks through the prefill (``prompt_len`` tokens written at once) and
+    slots (orange: written this step; grey: cached, never copied; white: empty; triangles: the
+    slots this step's queries read); a slider walks through the prefill (``prompt_len`` tokens written at once) and
     ``n_steps`` one-token decode steps. Each step writes its new keys and values at
     ``length .. length + t - 1`` (orange) and its queries read every filled slot (the row below);
     nothing cached is copied (grey)."""
@@ -282,33 +283,28 @@ def kv_cache_schematic(max_len: int = 10, prompt_len: int = 4, n_steps: int = 4,
     fig = go.Figure()
     for row in ("K", "V"):
         fig.add_trace(go.Scatter(x=pos, y=[row] * max_len, mode="markers+text", text=[str(i) for i in pos],
-                                 marker=dict(symbol="square", size=30, line=dict(color="#666", width=1)),
-                                 textfont=dict(size=11), hoverinfo="skip", showlegend=False))
+                                 marker=dict(symbol="square", size=22, line=dict(color="#666", width=1)),
+                                 textfont=dict(size=10), hoverinfo="skip", showlegend=False))
     fig.add_trace(go.Scatter(x=[], y=[], mode="markers", name="read by this step's queries",
                              marker=dict(symbol="triangle-up", size=16, color=READ),
-                             hoverinfo="skip"))
-    for name, color in (("cached: kept, not copied", CACHED), ("written this step", NEW),
-                        ("empty (allocated once)", EMPTY)):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker=dict(symbol="square", size=14, color=color,
-                                             line=dict(color="#666", width=1))))
-    style(fig, title="", x_title="position in the cache", y_title="", height=360)
+                             hoverinfo="skip", showlegend=False))
+    style(fig, title="", x_title="", y_title="", height=340)
     fig.update_yaxes(categoryorder="array", categoryarray=["read", "V", "K"], showgrid=False,
                      showline=False)
     fig.update_xaxes(range=[-0.7, max_len - 0.3], showgrid=False, dtick=1, showticklabels=False)
-    fig.update_layout(legend=dict(orientation="h", y=-0.2), margin=dict(t=90))
+    fig.update_layout(showlegend=False, margin=dict(t=110))  # the caption names the colours
     steps = []
     for i in range(n_steps + 1):
         start, t = (0, prompt_len) if i == 0 else (prompt_len + i - 1, 1)
         colors = [CACHED if j < start else NEW if j < start + t else EMPTY for j in pos]
         read = list(range(start + t))
-        what = (f"prefill: {t} tokens write slots 0–{t - 1}; each query reads the slots up to "
-                f"its own (the causal mask)" if i == 0 else
-                f"decode step {i}: 1 token writes slot {start}; its query reads slots 0–{start}")
+        what = (f"prefill: {t} tokens write slots 0–{t - 1},<br>each reads the slots up to its own"
+                if i == 0 else f"decode step {i}: 1 token writes slot {start},<br>"
+                f"its query reads slots 0–{start}")
         steps.append(Step(label="prefill" if i == 0 else str(i),
                           data={"marker.color": [colors, colors, READ],
                                 "x": [pos, pos, read], "y": [["K"] * max_len, ["V"] * max_len,
                                                            ["read"] * len(read)]},
                           traces=[0, 1, 2],
-                          layout={"title.text": f"length {start} → {start + t}<br>{what}"}))
+                          layout={"title.text": f"{what}<br>length {start} → {start + t}"}))
     return add_slider(fig, steps, prefix="step: ", active=active)
