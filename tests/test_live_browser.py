@@ -120,7 +120,7 @@ def test_panel_writes_the_pytorch_greedy_bytes_and_holds_the_accounted_bytes(chr
     assert got["measured"] == got["accounting"] == acc["fixed"] + acc["per_token"] * got["tokens"]
     assert not [u for u in first if LAZY.search(u)], "the first load fetched the runtime or a model"
     assert all(u.startswith(base) for u in requests), [u for u in requests if not u.startswith(base)]
-    assert entry["file"] in got["downloaded"] and "ort-wasm-simd-threaded.wasm" in got["downloaded"]
+    assert entry["file"] in got["downloaded"] and "ort-wasm-simd-threaded.wasm.gz" in got["downloaded"]
     assert not got["overflow"], f"the page scrolls sideways at {width} px"
 
 

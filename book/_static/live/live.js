@@ -48,9 +48,13 @@
   async function runtime() {
     if (state.ort) return state.ort;
     if (typeof WebAssembly !== "object") throw new Error("no WebAssembly");
+    if (typeof DecompressionStream !== "function") throw new Error("this browser cannot inflate the runtime (no DecompressionStream)");
     await loadScript(BASE + "ort/ort.wasm.min.js");
     var ort = window.ort;
     ort.env.wasm.wasmPaths = BASE + "ort/";
+    // the WebAssembly is served gzipped (a quarter of its size): inflate it here
+    var gz = await fetchBytes(BASE + "ort/ort-wasm-simd-threaded.wasm.gz", "ort-wasm-simd-threaded.wasm.gz");
+    ort.env.wasm.wasmBinary = await new Response(new Blob([gz]).stream().pipeThrough(new DecompressionStream("gzip"))).arrayBuffer();
     ort.env.wasm.numThreads = 1;
     ort.env.wasm.proxy = false;
     ort.env.logLevel = "error";

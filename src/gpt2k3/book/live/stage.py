@@ -3,8 +3,8 @@
 ``python -m gpt2k3.book.live.stage`` (scripts/setup_env.sh runs it before every build) copies
 
 * onnxruntime-web's WebAssembly build (``npm ci`` installs it, pinned by package-lock.json) into
-  ``book/_static/live/ort/``: three files, about 15 MB, too large to commit and rebuilt from the
-  lockfile on any machine;
+  ``book/_static/live/ort/``: its script, its loader and its WebAssembly, gzipped (about 15 MB
+  inflated, 4 MB as served; too large to commit and rebuilt from the lockfile on any machine);
 * the exported models and their manifest (package data, ``gpt2k3/checkpoints/live_*``) into
   ``book/_static/live/models/``.
 
@@ -15,6 +15,8 @@ around the panel (no book build needed), which the browser test serves.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import shutil
 import sys
@@ -46,7 +48,18 @@ def stage(dest: Path = STATIC, root: Path = ROOT) -> list[Path]:
         raise FileNotFoundError(f"onnxruntime-web is not installed ({src}: run `npm ci` in {root})")
     (dest / "ort").mkdir(parents=True, exist_ok=True)
     for f in RUNTIME_FILES:
-        out.append(Path(shutil.copy2(src / f, dest / "ort" / f)))
+        if f.endswith(".wasm"):  # served gzipped: the page inflates it (DecompressionStream)
+            target = dest / "ort" / (f + ".gz")
+            data = (src / f).read_bytes()
+            stamp = target.with_suffix(".gz.src")
+            key = hashlib.sha256(data).hexdigest()
+            if not target.is_file() or not stamp.is_file() or stamp.read_text() != key:
+                target.write_bytes(gzip.compress(data, 9, mtime=0))
+                stamp.write_text(key)
+            (dest / "ort" / f).unlink(missing_ok=True)
+            out.append(target)
+        else:
+            out.append(Path(shutil.copy2(src / f, dest / "ort" / f)))
     (dest / "models").mkdir(parents=True, exist_ok=True)
     pkg = resources.files("gpt2k3") / "checkpoints"
     if not (pkg / MANIFEST).is_file():
