@@ -34,6 +34,25 @@ def test_the_papers_cached_baseline_gives_speedups_that_grow_within_n():
     assert 0 < a < 1  # within the N^1 a KV cache allows, far from a recomputing baseline's N^2
 
 
+def test_the_papers_equal_batch_times_shrink_the_factor():
+    p = ch03.KATHAROPOULOS_2020
+    assert p["mnist_images_at_once"] == 10_000  # section 4.2.1
+    mnist, cifar = (p[key]["seconds_per_image"] for key in ("MNIST", "CIFAR-10"))
+    assert cifar["gpu"] == {"softmax": 300.1, "stateful_softmax": 70.4, "linear": 61.3}  # its Table 5
+    assert cifar["cpu"] == {"softmax": 8651.4, "stateful_softmax": 71.9, "linear": 45.1}
+    over = lambda t, base: t[base] / t["linear"]
+    assert over(cifar["gpu"], "softmax") == pytest.approx(4.9, abs=0.01)  # Table 5's own "(4.9x)"
+    assert over(cifar["cpu"], "softmax") == pytest.approx(191.8, abs=0.05)
+    assert over(mnist["cpu"], "softmax") == pytest.approx(13.2, abs=0.05)
+    assert 1.1 < over(cifar["gpu"], "stateful_softmax") < 1.2
+    a = ch03.growth_exponent(p["MNIST"]["N"], over(mnist["cpu"], "softmax"),
+                             p["CIFAR-10"]["N"], over(cifar["cpu"], "softmax"))
+    assert 1.9 < a < 2  # at one image per batch the CPU factor still grows as about N^2
+    assert over(cifar["gpu"], "softmax") < p["CIFAR-10"]["speedup"] / 100  # far below the 4,462x
+    mixed = cifar["gpu"]["softmax"] / cifar["cpu"]["linear"]  # the appendix's 6.6x mixes the devices
+    assert mixed == pytest.approx(p["table5_text_speedup"], abs=0.1)
+
+
 def test_3_1_measured_growth_against_each_baseline():
     bench = results.load("crossover_cpu.json")
     g = ch03.speedup_growth(bench, 64)

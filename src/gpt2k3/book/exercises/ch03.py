@@ -5,7 +5,10 @@
 transformer over a softmax transformer in generating images (its Tables 1 and 2, MNIST and
 CIFAR-10, images generated per second), with each benchmark's sequence length, and the speed-up
 over the same softmax transformer of the appendix's further baseline, "stateful-softmax", which
-keeps every key and value (its Table 4, appendix C.1).
+keeps every key and value (its Table 4, appendix C.1). ``seconds_per_image`` holds its Table 5
+(appendix C.2, "Equalizing the batch size"): seconds to generate one image at a batch of one, on a
+CPU and on a GPU, for the softmax transformer, stateful-softmax and the linear transformer.
+``batch_note`` is its section 4.2.1's reason for the throughput factor.
 """
 
 from __future__ import annotations
@@ -21,14 +24,23 @@ from gpt2k3.ops import linear
 __all__ = ["KATHAROPOULOS_2020", "growth_exponent", "speedup_growth", "kv_step_jump", "elu1_limit_weights",
            "relu_features", "relu_forms"]
 
-#: Quoted from Katharopoulos et al. 2020: abstract ("up to 4000x faster"), Tables 1-2 (``speedup``,
-#: linear over softmax) and Table 4 (``stateful_speedup``, stateful-softmax over the same softmax).
+#: Quoted from Katharopoulos et al. 2020 (arXiv:2006.16236v3): abstract ("up to 4000x faster"),
+#: Tables 1-2 (``speedup``, linear over softmax), Table 4 (``stateful_speedup``, stateful-softmax
+#: over the same softmax) and Table 5 (``seconds_per_image``, batch size 1, lower is better).
 KATHAROPOULOS_2020 = {
     "headline_speedup": 4000,
+    "mnist_images_at_once": 10_000,  # section 4.2.1: "simultaneously generate 10,000 MNIST images"
+    "table5_text_speedup": 6.6,  # appendix C.2's text: "almost 6.6x faster than softmax" on CIFAR-10
     "MNIST": {"image": (28, 28, 1), "N": 28 * 28, "speedup": 317,            # Table 1
-              "stateful_speedup": 16.8},                                   # Table 4
+              "stateful_speedup": 16.8,                                    # Table 4
+              "seconds_per_image": {                                       # Table 5
+                  "cpu": {"softmax": 72.6, "stateful_softmax": 7.4, "linear": 5.5},
+                  "gpu": {"softmax": 10.2, "stateful_softmax": 10.4, "linear": 7.3}}},
     "CIFAR-10": {"image": (32, 32, 3), "N": 32 * 32 * 3, "speedup": 4462,    # Table 2
-                 "stateful_speedup": 80},                                  # Table 4
+                 "stateful_speedup": 80,                                   # Table 4
+                 "seconds_per_image": {                                    # Table 5
+                     "cpu": {"softmax": 8651.4, "stateful_softmax": 71.9, "linear": 45.1},
+                     "gpu": {"softmax": 300.1, "stateful_softmax": 70.4, "linear": 61.3}}},
 }
 
 

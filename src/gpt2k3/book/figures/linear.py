@@ -213,7 +213,7 @@ def state_vs_cache(head_dims: Sequence[int] = (32, 64, 128, 256), n_layer: int =
               c["state_total_macs"]]
         title = (f"D = {D}, {n_layer} layers × {n_head} heads, {dtype_bytes}-byte numbers: "
                  f"state {fmt_bytes(c['state_bytes'][0])}<br>cache larger from N = {math.ceil((D + 1) / 2)}, "
-                 f"more total work from N = {2 * D + 1}<br>at N = {max_n:,} the cache holds "
+                 f"more total work past N = {2 * D + 1}<br>at N = {max_n:,} the cache holds "
                  f"{c['kv_bytes'][-1] / c['state_bytes'][-1]:,.0f}× the state")
         steps.append(Step(label=str(D), data={"x": [ns] * 5, "y": [y.tolist() for y in ys], "text": texts},
                           layout={"title.text": title}))
