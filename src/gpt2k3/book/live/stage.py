@@ -51,7 +51,7 @@ def stage(dest: Path = STATIC, root: Path = ROOT) -> list[Path]:
         if f.endswith(".wasm"):  # served gzipped: the page inflates it (DecompressionStream)
             target = dest / "ort" / (f + ".gz")
             data = (src / f).read_bytes()
-            stamp = target.with_suffix(".gz.src")
+            stamp = src / (f + ".gz.sha256")  # beside the source, so the site holds only what it serves
             key = hashlib.sha256(data).hexdigest()
             if not target.is_file() or not stamp.is_file() or stamp.read_text() != key:
                 target.write_bytes(gzip.compress(data, 9, mtime=0))
