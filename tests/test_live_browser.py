@@ -149,3 +149,16 @@ def test_built_book_page(chromium, book_site):
     assert all(u.startswith(base) for u in requests)
     acc = _models()[key]["accounting"]
     assert got["measured"] == acc["fixed"] + acc["per_token"] * got["tokens"]
+
+
+def test_without_webassembly_the_page_says_so_and_shows_the_static_figures(chromium, harness_site):
+    root, page_path = harness_site
+    with serve(root) as base:
+        page = chromium.new_page(viewport={"width": 390, "height": 800})
+        page.add_init_script("delete window.WebAssembly")
+        page.goto(base + page_path)
+        page.wait_for_selector("#live-panel .live-status")
+        assert "no WebAssembly" in page.inner_text("#live-panel")
+        assert page.locator("#live-fallback").is_visible()
+        assert page.locator("#live-go").count() == 0
+        page.close()
