@@ -94,40 +94,50 @@ class DecodeStep(nn.Module):
         self.layout = cache_layout(model)
 
     def forward(self, token: torch.Tensor, *tensors: torch.Tensor):
-        growing = [t for t, spec in zip(tensors, self.layout) if spec.grows]
-        past = (growing[0].shape[2] if self.layout[0].kind == "kv" else growing[0].shape[1]) \
-            if growing else 0
-        layers, by_layer = [], {}
-        for t, spec in zip(tensors, self.layout):
-            by_layer.setdefault(spec.layer, []).append((spec, t))
-        for i in sorted(by_layer):
-            items = by_layer[i]
-            kind = items[0][0].kind
-            if kind == "kv":
-                (_, k), (_, v) = items
-                c = KVCache.__new__(KVCache)
-                c.k, c.v = _grown(k, 2), _grown(v, 2)
-                c.batch, c.n_head, c.head_dim, c.max_len = 1, k.shape[1], k.shape[3], past + 1
-            elif kind == "latent":
-                (_, c_kv), (_, k_rope) = items
-                c = LatentCache.__new__(LatentCache)
-                c.c_kv, c.k_rope = _grown(c_kv, 1), _grown(k_rope, 1)
-            else:
-                S, *conv = (t for _, t in items)
-                c = StateCache(1, None)
-                c.state = DeltaState(S, tuple(conv) if conv else None)
-            c.length = past
-            layers.append(c)
+        growing = [(t, s) for t, s in zip(tensors, self.layout) if s.grows]
+        past = growing[0][0].shape[growing[0][1].shape.index(None)] if growing else 0
+        layers = _rebuild(self.layout, tensors, past)
         logits = inspect.unwrap(type(self.model).forward)(self.model, token, _Cache(layers, past))
-        out = [logits[:, -1]]
-        for c in layers:
-            if isinstance(c, KVCache):
-                out += [c.k, c.v]
-            elif isinstance(c, LatentCache):
-                out += [c.c_kv, c.k_rope]
-            else:
-                out += [c.state.S, *(c.state.conv or ())]
-        return tuple(out)
+        return (logits[:, -1], *_flatten(layers))
+
+
+def _rebuild(layout, tensors, past) -> list:
+    """The model's own layer caches around ``tensors``, each holding ``past`` tokens, with room
+    for one more where the cache grows."""
+    by_layer: dict[int, list] = {}
+    for t, spec in zip(tensors, layout):
+        by_layer.setdefault(spec.layer, []).append((spec.kind, t))
+    layers = []
+    for i in sorted(by_layer):
+        kind, items = by_layer[i][0][0], [t for _, t in by_layer[i]]
+        if kind == "kv":
+            k, v = items
+            c = KVCache.__new__(KVCache)
+            c.k, c.v = _grown(k, 2), _grown(v, 2)
+            c.batch, c.n_head, c.head_dim, c.max_len = 1, k.shape[1], k.shape[3], past + 1
+        elif kind == "latent":
+            c = LatentCache.__new__(LatentCache)
+            c.c_kv, c.k_rope = (_grown(t, 1) for t in items)
+        else:
+            S, *conv = items
+            c = StateCache(1, None)
+            c.state = DeltaState(S, tuple(conv) if conv else None)
+        c.length = past
+        layers.append(c)
+    return layers
+
+
+def _flatten(layers) -> list[torch.Tensor]:
+    """The tensors of the layer caches after the step, in :func:`cache_layout`'s order."""
+    out = []
+    for c in layers:
+        if isinstance(c, KVCache):
+            out += [c.k, c.v]
+        elif isinstance(c, LatentCache):
+            out += [c.c_kv, c.k_rope]
+        else:
+            out += [c.state.S, *(c.state.conv or ())]
+    return out
 
 
 @contextlib.contextmanager
