@@ -269,7 +269,11 @@ def load_panel_model(key: str) -> tuple[GPT, dict]:
         raise ValueError(f"key must be one of {sorted(MODELS)}, got {key!r}")
     if key == "gpt2":
         return load_checkpoint(checkpoint_path())
-    return load_model(checkpoint_path(checkpoint_name(key)))
+    path = checkpoint_path(checkpoint_name(key))
+    if not path.is_file():
+        raise FileNotFoundError(f"{checkpoint_name(key)} is not in the package: train it with "
+                                f"python scripts/export_onnx.py --train --only {key}")
+    return load_model(path)
 
 
 def accounting(key: str, model: GPT) -> dict:
