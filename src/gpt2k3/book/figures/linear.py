@@ -29,7 +29,7 @@ from matplotlib.patches import Rectangle as _Rect
 from plotly.subplots import make_subplots
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
-from gpt2k3.book.figures.matrices import _PNGFigure
+from gpt2k3.book.figures.matrices import PNGFigure
 from gpt2k3.checks import check_int
 from gpt2k3.seed import seed_prefill
 from gpt2k3.ops import linear as _linear
@@ -501,7 +501,7 @@ def measured_crossover(results: dict | Sequence[dict], active: int = 0) -> go.Fi
 # --------------------------------------------------------------------------- schematics
 
 
-def equation_rows(rows, caption: str, alt: str, cell: float = 0.32) -> _PNGFigure:
+def equation_rows(rows, caption: str, alt: str, cell: float = 0.32) -> PNGFigure:
     """Draw equations whose terms are small matrices, one equation per row.
 
     ``rows`` is a list of ``(title, items)``; an item is a string (an operator or a word, drawn
@@ -532,7 +532,7 @@ def equation_rows(rows, caption: str, alt: str, cell: float = 0.32) -> _PNGFigur
                for _, items in rows]
     widths = [title_w + sum(width(i) + gap for i in items) for _, items in rows]
     W, H = max(widths), sum(heights)
-    fig = _PNGFigure(figsize=(W * cell, H * cell))
+    fig = PNGFigure(figsize=(W * cell, H * cell))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, W)
     ax.set_ylim(H, 0)
@@ -561,7 +561,7 @@ def equation_rows(rows, caption: str, alt: str, cell: float = 0.32) -> _PNGFigur
     return fig
 
 
-def state_read_write(d: int = 4, n: int = 3, seed: int = 0) -> _PNGFigure:
+def state_read_write(d: int = 4, n: int = 3, seed: int = 0) -> PNGFigure:
     """Linear attention's state, written and read, as a picture of small matrices.
 
     ``n`` pairs with ELU+1 keys of dimension ``d`` (standard-normal before the feature map) and

@@ -336,8 +336,8 @@ def mla_absorption_schematic():
     follow :meth:`gpt2k3.layers.mla.MLA.decode_absorbed`. Returns a PNG figure with ``caption``
     and ``alt``; ``fig.lanes`` names the boxes of each lane, for a test.
     """
-    from gpt2k3.book.figures.matrices import _PNGFigure
-    fig = _PNGFigure(figsize=(10.5, 4.6))
+    from gpt2k3.book.figures.matrices import PNGFigure
+    fig = PNGFigure(figsize=(10.5, 4.6))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 10.5)
     ax.set_ylim(0, 4.6)
@@ -393,7 +393,7 @@ def routing_schematic(n_experts: int = 8, top_k: int = 2, d_model: int = 16, see
     """
     from matplotlib.patches import Rectangle
 
-    from gpt2k3.book.figures.matrices import _PNGFigure
+    from gpt2k3.book.figures.matrices import PNGFigure
     for name, value, lo in (("n_experts", n_experts, 2), ("top_k", top_k, 1),
                             ("d_model", d_model, 1), ("seed", seed, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < lo:
@@ -410,7 +410,7 @@ def routing_schematic(n_experts: int = 8, top_k: int = 2, d_model: int = 16, see
         scores = router.scores(x)[0]
         weights, picked = router(x)
     scores, weights, picked = scores.tolist(), weights[0].tolist(), picked[0].tolist()
-    fig = _PNGFigure(figsize=(10.5, 3.6))
+    fig = PNGFigure(figsize=(10.5, 3.6))
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 10.5)
     ax.set_ylim(0, 3.6)
