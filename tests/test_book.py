@@ -76,14 +76,75 @@ def test_landing_page_numbers_are_computed(site):
     assert f"{int(K3_TOTAL_PARAMS // round(gpt2, -6)):,}" in page
     assert f"{K3_TOTAL_PARAMS / gpt2:,.0f}" in page
     # "is it just scale?": chapter 11's compute multiplier as its file holds it, a multiplier or,
-    # when GPT-2 never reached the tiny K3's loss, a lower bound
+    # when GPT-2 never reached the tiny K3's loss, a lower bound (test_landing_scale_* below)
+    from gpt2k3.book.results import load
+
+    sentence = book_sphinx.landing_scale(load("compute_multiplier.json"))
+    factors = re.findall(r"\d+\.\d×", sentence)
+    assert factors and all(f in page for f in factors), factors
+    assert "still running" not in page
+
+
+# ---------------------------------------------------------------- the landing page's sentence
+# These need no built site: they read the sentence book/intro.md glues, for every state of
+# benchmarks/results/compute_multiplier.json (a background job adds runs to it).
+
+def _multiplier_file(budgets: dict[int, int], bits: dict[int, float], target_bits=(1.70, 1.69, 1.71)):
+    """A compute-multiplier file as benchmarks/compute_multiplier.py writes it: GPT-2's seeds per
+    budget (a multiple of chapter 11's bytes) with their validation bits, the tiny K3 at 1x."""
+    from gpt2k3.experiments import compute
+
+    per_byte = {"gpt2_fan_in": 1.25, "k3": 1.0}
+    runs = [{"model": "k3", "seed": s, "multiple": 1, "tokens": 100, "val_bits": b,
+             "compute": 100.0} for s, b in enumerate(target_bits)]
+    for m, n in budgets.items():
+        runs += [{"model": "gpt2_fan_in", "seed": s, "multiple": m, "tokens": 100 * m,
+                  "val_bits": bits[m] + 0.02 * s, "compute": 125.0 * m} for s in range(n)]
+    found = compute.multiplier([r for r in runs if r["model"] == "gpt2_fan_in"],
+                               [r for r in runs if r["model"] == "k3"])
+    return {"baseline": "gpt2_fan_in", "target": "k3", "flops_per_byte": per_byte, "runs": runs,
+            **found, "complete": False}
+
+
+def test_landing_scale_names_a_lower_bound_as_the_largest_budget_trained():
+    data = _multiplier_file({1: 3, 2: 1}, {1: 2.0, 2: 1.8})
+    assert data["multiplier"] is None
+    s = book_sphinx.landing_scale(data)
+    assert "GPT-2 with chapter 11's fan-in start" in s
+    assert f"has not reached the tiny K3's validation loss at {data['lower_bound']:.1f}×" in s
+    assert "the largest budget trained (1 seed)" in s
+    assert "about" not in s and "more than" not in s
+    two = book_sphinx.landing_scale(_multiplier_file({1: 3, 2: 2}, {1: 2.0, 2: 1.8}))
+    assert "the largest budget trained (2 seeds)" in two
+
+
+def test_landing_scale_gives_a_multiplier_its_seed_band_and_budgets():
+    data = _multiplier_file({1: 3, 2: 2, 4: 2}, {1: 2.0, 2: 1.75, 4: 1.5})
+    m, (lo, hi) = data["multiplier"], data["band"]
+    assert m is not None and lo is not None and hi is not None
+    s = book_sphinx.landing_scale(data)
+    assert f"needs about {m:.1f}× the tiny K3's training compute" in s
+    assert f"({lo:.1f}× to {hi:.1f}× across the seeds)" in s
+    assert "1× (3 seeds), 2× (2 seeds) and 4× (2 seeds) the bytes of chapter 11's runs" in s
+
+
+def test_landing_scale_when_the_worst_seed_never_gets_there():
+    # the mean reaches the tiny K3's loss at the largest budget; the worst seed does not
+    data = _multiplier_file({1: 2, 2: 2}, {1: 2.0, 2: 1.68})
+    assert data["multiplier"] is not None and data["band"][1] is None
+    s = book_sphinx.landing_scale(data)
+    assert f"about {data['multiplier']:.1f}×" in s
+    assert "its worst seed does not get there within the budgets" in s
+
+
+def test_landing_scale_reads_the_file_as_it_stands():
     from gpt2k3.book.results import load
 
     cm = load("compute_multiplier.json")
-    if cm.get("multiplier") is not None:
-        assert f"about {cm['multiplier']:.1f}×" in page
-    else:
-        assert f"more than {cm['lower_bound']:.1f}×" in page
+    s = book_sphinx.landing_scale(cm)
+    key = cm["multiplier"] if cm.get("multiplier") is not None else cm["lower_bound"]
+    assert f"{key:.1f}×" in s
+    assert "still running" not in s and "more than" not in s
 
 
 def test_no_page_references_another_site_for_a_resource(site):

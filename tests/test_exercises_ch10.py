@@ -48,3 +48,35 @@ def test_10_3_hand_written_states_are_exact_to_D_and_not_past_it():
     assert abs(add["newest"] - add["oldest"]) < 0.15    # the additive rule spreads the overlap
     with pytest.raises(ValueError, match="rule"):
         ch10.written_memory_recall(8, "hebbian")
+
+
+def test_initial_decay_rates_centre_on_the_slow_gate_biases(data):
+    """The chapter's note on the gates' starting point: each bias is a rate in
+    SLOW_GATE_RATES, and the input moves a token's rate around it, both ways."""
+    import torch
+    import torch.nn.functional as F
+
+    from gpt2k3.book.figures.recall import initial_decay_rates
+    from gpt2k3.experiments.mqar import mqar
+
+    got = initial_decay_rates(data, seed=0)
+    lo, hi = recall.SLOW_GATE_RATES
+    assert 0 < got["low"] < lo <= got["median"] <= hi < got["high"] < 1
+    # independently for Gated DeltaNet: A = exp(A_log) = 1, so a rate is softplus(x W_a + dt_bias)
+    tasks, model, _ = recall.sweep_config(data)
+    net = recall.build_model("gated_deltanet", tasks, model, seed=0)
+    layers = [m for m in net.modules() if hasattr(m, "a_proj")]
+    assert layers and all(torch.all(m.A_log == 0) for m in layers)
+    seen = []
+    hooks = [m.register_forward_pre_hook(
+        lambda m, a: seen.append(F.softplus(m.a_proj(a[0]) + m.dt_bias).flatten())) for m in layers]
+    with torch.no_grad():
+        net(mqar(tasks[-1], 32, seed=0).inputs)
+    for h in hooks:
+        h.remove()
+    rates = torch.cat(seen)
+    assert rates.min() > 0 and lo <= rates.median() <= hi
+    with pytest.raises(ValueError, match="share"):
+        initial_decay_rates(data, share=1.0)
+    with pytest.raises(ValueError, match="mixers"):
+        initial_decay_rates(data, mixers=("deltanet",))

@@ -1,4 +1,4 @@
-"""Sphinx / myst-nb build helpers for the web book (never imported by notebooks).
+"""Sphinx / myst-nb build helpers for the web book (never imported by the chapter notebooks).
 
 Listed in ``_config.yml`` as a Sphinx extension.  It makes the built site self-contained,
 light and readable at any width:
@@ -31,6 +31,9 @@ light and readable at any width:
 * sphinx-thebe with Sphinx 7.4 puts its inline configuration script on the page twice;
   duplicates are dropped.  myst-nb's ipywidgets loader (require.js and the widget manager from
   a CDN) is turned off: live explorers only run in a kernel.
+* The landing page (``book/intro.md``, executed by the build) glues its answer to "is it just
+  scale?" from :func:`landing_scale`, which reads chapter 11's compute multiplier file as it
+  stands: a multiplier, or only a lower bound while GPT-2 has not reached the tiny K3's loss.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import math
 import re
 import shutil
 from importlib import resources
@@ -59,7 +63,7 @@ MATHJAX_PATH = f"{MATHJAX_DIR}/tex-chtml.js"
 MATHJAX_FILES = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "a11y", "sre")
 
 __all__ = ["PlotlyMimeRenderer", "figure_html", "SHARED_TEMPLATES", "plotly_js_version", "mathjax_source", "finish_page",
-           "BookBibliographyStyle", "setup"]
+           "BookBibliographyStyle", "landing_scale", "setup"]
 
 _ALLOWED_TAGS = re.compile(r"&lt;(/?)(b|i|em|sup|sub|br)\s*/?&gt;", re.I)
 
@@ -306,6 +310,55 @@ def __getattr__(name):  # the style class needs pybtex, imported only when a bui
     if name == "BookBibliographyStyle":
         return _bibliography_style()
     raise AttributeError(name)
+
+
+# ------------------------------------------------------------------------------ the landing page
+def _times(x: float) -> str:
+    return f"{x:.1f}×"
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
+def landing_scale(data) -> str:
+    """The landing page's sentence on chapter 11's compute multiplier, for whatever
+    ``data`` (``benchmarks/results/compute_multiplier.json``) holds now.
+
+    With a multiplier: about how many times the tiny K3's training compute GPT-2 with the
+    fan-in start needs to reach the tiny K3's validation loss, the band its seeds give, and
+    the budgets and seeds it rests on.  With only a lower bound: that GPT-2 has not reached
+    that loss at the largest budget trained, as a ratio of the tiny K3's compute, and on how
+    many seeds.  The sentence names no other number; the page says beside it why the Kimi K3
+    report's factor is not comparable.
+    """
+    from gpt2k3.book.figures.text_longer import multiplier_facts  # plotly: only when asked
+
+    facts = multiplier_facts(data)
+    who = "GPT-2 with chapter 11's fan-in start"
+    budgets = facts["budgets"]
+    if not facts["reached"]:
+        if facts["lower_bound"] is None:
+            raise ValueError("data must hold a multiplier or a lower bound")
+        return (f"At that small scale, {who} has not reached the tiny K3's validation loss at "
+                f"{_times(facts['lower_bound'])} the tiny K3's training compute, the largest "
+                f"budget trained ({_seeds(len(budgets[facts['largest']]))}).")
+    m = facts["multiplier"]
+    lo, hi = facts["band"]
+    if lo is not None and hi is not None:
+        band = f"{_times(lo)} to {_times(hi)} across the seeds"
+    elif lo is not None:
+        band = (f"from {_times(lo)} for its best seed; its worst seed does not get there within "
+                f"the budgets")
+    else:
+        band = "the seeds give no band within the budgets"
+    runs = ", ".join(f"{k}× ({_seeds(len(s))})" for k, s in budgets.items())
+    runs = " and".join(runs.rsplit(",", 1)) if len(budgets) > 1 else runs
+    at_first = math.isclose(m, data["curve"][0]["ratio"]) if data.get("curve") else False
+    needs = f"at most {_times(m)}" if at_first else f"about {_times(m)}"
+    return (f"At that small scale, {who} needs {needs} the tiny K3's training compute to reach "
+            f"the tiny K3's validation loss ({band}). That estimate rests on GPT-2 runs trained "
+            f"on {runs} the bytes of chapter 11's runs.")
 
 
 # ------------------------------------------------------------------------------ pages

@@ -1,7 +1,8 @@
 """Chapter 10 (learned recall): accuracy against the number of pairs, and the training curves.
 
 Both figures read the results of ``benchmarks/mqar.py`` (a dict as in
-``benchmarks/results/mqar.json``); nothing is trained here.
+``benchmarks/results/mqar.json``); nothing is trained here.  :func:`initial_decay_rates` reads
+the gates of freshly built, untrained models, for the chapter's note on their starting point.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ import statistics
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
+import torch
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 from gpt2k3.checks import check_positive_int
+from gpt2k3.experiments import recall
+from gpt2k3.experiments.mqar import mqar
 from gpt2k3.experiments.recall import MIXER_LABELS
 
 __all__ = ["recall_summary", "recall_table", "recall_accuracy", "recall_loss_curves",
-           "recall_run", "smooth"]
+           "recall_run", "smooth", "initial_decay_rates"]
 
 #: One colour per mixer, the same in every figure of the chapter.
 COLORS = dict(zip(MIXER_LABELS, PALETTE))
@@ -73,6 +77,35 @@ def recall_table(data: Mapping, step: int | None = None) -> tuple[list[str], lis
                                         for P in pairs]]
             for m, s in summary.items()]
     return headers, rows
+
+
+def initial_decay_rates(data: Mapping, mixers: Sequence[str] = ("gated_deltanet", "kda"),
+                        seed: int = 0, share: float = 0.98, n_sequences: int = 32) -> dict:
+    """Per-token decay rates ``-log alpha`` of the gated mixers as the sweep builds them, before
+    any training: the models of ``seed`` read ``n_sequences`` sequences of the longest task. Returns ``{"low", "high", "median", "share"}``: the middle ``share`` of all rates (every
+    layer, head, channel and token of every mixer in ``mixers``) lies between ``low`` and
+    ``high``."""
+    check_positive_int(n_sequences, "n_sequences")
+    if not 0 < share < 1:
+        raise ValueError(f"share must be a fraction in (0, 1), got {share!r}")
+    tasks, model_cfg, _ = recall.sweep_config(data)
+    batch = mqar(tasks[-1], n_sequences, seed=seed)
+    rates = []
+    for mixer in mixers:
+        net = recall.build_model(mixer, tasks, model_cfg, seed=seed)
+        gated = [m for m in net.modules() if hasattr(m, "log_alpha") and hasattr(m, "dt_bias")]
+        if not gated:
+            raise ValueError(f"mixers must name gated mixers, got {mixer!r}")
+        hooks = [m.register_forward_pre_hook(
+            lambda layer, args: rates.append(-layer.log_alpha(args[0]).flatten())) for m in gated]
+        with torch.no_grad():
+            net(batch.inputs)
+        for h in hooks:
+            h.remove()
+    r = torch.cat(rates).double()
+    tail = (1 - share) / 2
+    low, median, high = torch.quantile(r, torch.tensor([tail, 0.5, 1 - tail], dtype=r.dtype))
+    return {"low": low.item(), "median": median.item(), "high": high.item(), "share": share}
 
 
 def _checkpoints(data: Mapping) -> list[int]:
