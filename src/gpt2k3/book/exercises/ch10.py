@@ -55,10 +55,10 @@ def written_memory_recall(n_pairs: int, rule: str, D: int = 16, n_sequences: int
                           seed: int = 0) -> dict[str, float]:
     """Accuracy of one ``D x D`` state that is *written by hand*, not trained, on the chapter's
     MQAR sequences (:func:`gpt2k3.experiments.mqar.mqar`): the change is to replace the trained
-    model by the best keys a head could learn and chapter 4's write rules.
+    model by near-orthogonal keys and chapter 4's write rules.
 
-    Each sequence's ``P`` keys are as orthogonal as ``R^D`` allows (orthonormal while
-    ``P <= D``), its values random unit vectors; the pairs are written with the delta rule
+    Each sequence's ``P`` keys are rows of a random orthogonal matrix cut to ``D`` columns and
+    normalised (orthonormal while ``P <= D``), its values random unit vectors; the pairs are written with the delta rule
     (``beta = 1``, :func:`gpt2k3.ops.delta.recurrent`) or additively (linear attention without
     its normaliser, :func:`gpt2k3.ops.linear.recurrent`), and each query reads ``q S`` and
     answers with the nearest of the sequence's values.  Returns the accuracy over all queries,
