@@ -62,9 +62,10 @@ def test_5_3_tril_minus_one_reads_before_the_write():
 def test_5_4_wy_recursion_in_place_of_the_ut_transform():
     r = ch05.compare_wy(T=100, chunk_sizes=(7, 16, 64))
     assert r["vs_recurrent"] <= 1e-12
-    assert r["steps"][16] == {"ut": 7, "wy": 107}
+    assert r["steps"][16] == {"ut": 7, "wy": 107, "wy_batched": 23}
     for C, s in r["steps"].items():
         assert s["wy"] > r["T"] > s["ut"]  # more sequential steps than even the recurrence
+        assert s["ut"] < s["wy_batched"] < s["wy"]  # batched over chunks: C rows, then the chunks
 
 
 def test_changed_functions_keep_the_front_door():

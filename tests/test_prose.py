@@ -28,6 +28,8 @@ HELD_TO_THE_BAR = (
     "book/interlude.md",
     "notebooks/01_gpt2.ipynb",
     "notebooks/02_kv_cache.ipynb",
+    "notebooks/05_parallel_deltanet.ipynb",
+    "notebooks/06_gates.ipynb",
     "notebooks/10_recall_experiment.ipynb",
 )
 
