@@ -416,6 +416,12 @@ def test_worked_example_and_schematic():
     assert ex["load_before"] == [4, 3, 1, 0] and ex["load_after"] == [2, 2, 2, 2]
     fig = latent_moe_schematic()
     assert len(fig.layout.shapes) == 8
+    # phone width (390 px, about 34 px per canvas unit): every label line fits its 2.7-unit box
+    lines = [line for a in fig.layout.annotations if a.text for line in a.text.split("<br>")]
+    assert lines and max(map(len, lines)) <= 14
+    rects = [(s.x0, s.x1, s.y0, s.y1) for s in fig.layout.shapes]
+    assert not any(a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+                   for i, a in enumerate(rects) for b in rects[i + 1:])  # no two boxes overlap
     with pytest.raises(ValueError, match="spec"):
         latent_moe_schematic("K3")
 

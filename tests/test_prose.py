@@ -30,6 +30,7 @@ HELD_TO_THE_BAR = (
     "notebooks/02_kv_cache.ipynb",
     "notebooks/05_parallel_deltanet.ipynb",
     "notebooks/06_gates.ipynb",
+    "notebooks/08_what_k3_adds.ipynb",
     "notebooks/10_recall_experiment.ipynb",
 )
 

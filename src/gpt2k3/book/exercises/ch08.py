@@ -141,12 +141,14 @@ def compare_a_log_readings(spec=KIMI_K3, stored: int | None = None, H: int = 3, 
     Counts for ``spec``: numbers stored per KDA layer, used by each reading, and the
     parameters the channel reading adds to the whole model. On a small random input: the
     per-channel form against its scalar definition; that the two readings agree when every
-    ``A`` is the same number; that they differ otherwise; and that both stay inside
-    ``(lower_bound, 0]``."""
+    ``A`` is the same number; that they differ otherwise (every ``A`` drawn from a standard
+    normal, inputs of standard deviation ``x_scale``, on ``H`` heads of ``Dk`` channels); and
+    that both stay inside ``(lower_bound, 0]``."""
     stored = KIMI_K3_CHECKPOINT["a_log_stored"] if stored is None else check_positive_int(stored, "stored")
     H, Dk = check_positive_int(H, "H"), check_positive_int(Dk, "Dk")
     g = torch.Generator().manual_seed(check_int(seed, "seed", 0))
-    x = 4 * torch.randn(2, 5, H, Dk, generator=g, dtype=torch.float64)
+    x_scale = 4.0
+    x = x_scale * torch.randn(2, 5, H, Dk, generator=g, dtype=torch.float64)
     dt_bias = torch.randn(H * Dk, generator=g, dtype=torch.float64)
     a_channel = torch.randn(Dk, generator=g, dtype=torch.float64)
     a_head = torch.randn(H, generator=g, dtype=torch.float64)
@@ -167,7 +169,8 @@ def compare_a_log_readings(spec=KIMI_K3, stored: int | None = None, H: int = 3, 
             "vs_scalar": float((per_channel - scalar).abs().max()),
             "agree_when_equal": float(agree),
             "differ_otherwise": float((per_channel - per_head).abs().max()),
-            "in_range": bool(((both >= lam) & (both <= 0)).all())}
+            "in_range": bool(((both >= lam) & (both <= 0)).all()),
+            "H": H, "Dk": Dk, "x_scale": x_scale}
 
 
 # ------------------------------------------------------------------------------- 8.5 predict

@@ -521,46 +521,51 @@ def quantile_balancing(runs: dict | None = None, active: int | None = None) -> g
 def latent_moe_schematic(spec: ArchSpec = KIMI_K3) -> go.Figure:
     """A schematic of one latent-MoE layer: the router and the shared experts read the full-width
     token; the routed experts read its down projection, their weighted sum is normalised and
-    projected back up once (report section 2.3, Eq. 11). Widths from ``spec``."""
+    projected back up once (report section 2.3, Eq. 11). Widths from ``spec``.
+
+    The layer is drawn top to bottom, one box per row except the three readers of ``x``, and every
+    label is at most two short lines, so that no two labels meet on a phone's 390 px either."""
     if not isinstance(spec, ArchSpec) or not spec.moe_latent_dim:
         raise ValueError(f"spec must be an ArchSpec with a latent MoE, got {spec!r}")
     d, w, k, n = spec.d_model, spec.moe_latent_dim, spec.top_k, spec.n_routed_experts
-    boxes = [  # (x, y, text, colour): centres on a 10 x 6 canvas
-        (0.8, 3.0, f"x<br>{d:,}", _GREY),
-        (3.0, 5.1, f"router<br>scores {n}, top-{k}", _ORANGE),
-        (3.0, 3.0, f"W↓<br>{d:,} → {w:,}", _BLUE),
-        (5.1, 3.0, f"{k} of {n} experts<br>at width {w:,}", _BLUE),
-        (7.0, 3.0, f"Σ w·E(z)<br>RMSNorm", _BLUE),
-        (8.7, 3.0, f"W↑<br>{w:,} → {d:,}", _BLUE),
-        (5.1, 0.9, f"{spec.n_shared_experts} shared experts<br>at width {d:,}", _GREEN),
-        (9.95, 3.0, "+", _GREY),
+    boxes = [  # (x, y, text, colour): centres on a 10 x 7 canvas
+        (5.0, 6.3, f"token x<br>width {d:,}", _GREY),
+        (1.6, 5.0, f"router<br>top-{k} of {n}", _ORANGE),
+        (5.0, 5.0, f"W↓<br>{d:,} → {w:,}", _BLUE),
+        (8.4, 5.0, f"{spec.n_shared_experts} shared<br>width {d:,}", _GREEN),
+        (5.0, 3.7, f"{k} experts<br>width {w:,}", _BLUE),
+        (5.0, 2.4, "Σ w·E(z)<br>RMSNorm", _BLUE),
+        (5.0, 1.1, f"W↑<br>{w:,} → {d:,}", _BLUE),
+        (8.4, 1.1, "+", _GREY),
     ]
-    arrows = [(0, 1, "right", "left"), (0, 2, "right", "left"), (2, 3, "right", "left"),
-              (3, 4, "right", "left"), (4, 5, "right", "left"), (5, 7, "right", "left"),
-              (0, 6, "right", "left"), (6, 7, "right", "bottom"), (1, 3, "right", "top")]
+    arrows = [(0, 1, "bottom", "top"), (0, 2, "bottom", "top"), (0, 3, "bottom", "top"),
+              (2, 4, "bottom", "top"), (1, 4, "bottom", "left"), (4, 5, "bottom", "top"),
+              (5, 6, "bottom", "top"), (6, 7, "right", "left"), (3, 7, "bottom", "top")]
     fig = go.Figure()
+
+    def half(text):
+        return (0.35, 0.35) if text == "+" else (1.35, 0.45)
+
     for x0, y0, text, color in boxes:
-        half = 0.3 if text == "+" else 0.75
-        fig.add_shape(type="rect", x0=x0 - half, x1=x0 + half, y0=y0 - 0.55, y1=y0 + 0.55,
+        hx, hy = half(text)
+        fig.add_shape(type="rect", x0=x0 - hx, x1=x0 + hx, y0=y0 - hy, y1=y0 + hy,
                       line=dict(color=color, width=2), fillcolor="rgba(0,0,0,0)")
-        fig.add_annotation(x=x0, y=y0, text=text, showarrow=False, font=dict(size=12))
+        fig.add_annotation(x=x0, y=y0, text=text, showarrow=False, font=dict(size=11))
 
     def edge(i, side):
         x0, y0, text, _ = boxes[i]
-        half = 0.3 if text == "+" else 0.75
-        return {"right": (x0 + half, y0), "left": (x0 - half, y0), "top": (x0, y0 + 0.55),
-                "bottom": (x0, y0 - 0.55)}[side]
+        hx, hy = half(text)
+        return {"right": (x0 + hx, y0), "left": (x0 - hx, y0), "top": (x0, y0 + hy),
+                "bottom": (x0, y0 - hy)}[side]
 
     for a, b, out, into in arrows:
         (xa, ya), (xb, yb) = edge(a, out), edge(b, into)
         fig.add_annotation(x=xb, y=yb, ax=xa, ay=ya, xref="x", yref="y", axref="x", ayref="y",
                            showarrow=True, arrowhead=3, arrowwidth=1.5, arrowcolor="#666",
                            text="")
-    fig.add_annotation(x=4.75, y=4.55, text="weights w", showarrow=False, xanchor="left",
-                       font=dict(size=11, color=_ORANGE))
-    style(fig, title="", x_title="", y_title="", height=380)
-    fig.update_xaxes(visible=False, range=[0, 10.35])
-    fig.update_yaxes(visible=False, range=[0, 6], scaleanchor=None)
+    style(fig, title="", x_title="", y_title="", height=440)
+    fig.update_xaxes(visible=False, range=[0, 10])
+    fig.update_yaxes(visible=False, range=[0.4, 7.0], scaleanchor=None)
     fig.update_layout(margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
                       title=dict(text=f"{spec.name}'s MoE layer: only the routed experts are "
                                       f"narrow"))
