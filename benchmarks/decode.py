@@ -459,6 +459,7 @@ def run(args) -> dict:
     info = machine(device)
     # on a shared machine other jobs slow everything: record how busy it was
     info["load_average_1min"] = {"start": load_start, "end": os.getloadavg()[0]}
+    info["transformers"] = __import__("transformers").__version__  # whose generate was timed
     return {"machine": info, "quick": args.quick, "tiny": args.tiny,
             "config": {k: v for k, v in vars(args).items() if k not in ("quick", "out", "tiny")},
             "model": ("tiny GPT-2-shaped model (random weights)" if args.tiny

@@ -185,7 +185,8 @@ def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
 
 def decode_speed(result: Mapping) -> go.Figure:
     """Measured tokens/s of the decoders (from ``benchmarks/results/decode_*.json``): the four
-    of the chapter and, where the run has it, the fast decoder; against the bandwidth bound."""
+    of the chapter and, where the run has it, the fast decoder; against the bandwidth estimate
+    (bytes per step over a plain sum's read bandwidth: a yardstick, not a ceiling)."""
     tps = dict(result["tokens_per_s"])
     if "fast_decoder" in result:
         tps["fast decoder"] = result["fast_decoder"]["tokens_per_s"]
@@ -195,7 +196,7 @@ def decode_speed(result: Mapping) -> go.Figure:
                            hovertemplate="%{x}: %{y:.2f} tokens/s<extra></extra>", name="measured"))
     bound = result["bandwidth_bound_tokens_per_s"]
     fig.add_hline(y=bound, line_dash="dash", line_color=PALETTE[5],
-                  annotation_text=f"bandwidth bound {bound:.1f} tokens/s", annotation_position="top left")
+                  annotation_text=f"bandwidth estimate {bound:.1f} tokens/s", annotation_position="top left")
     m = result["machine"]
     style(fig, title=f"GPT-2 small, batch 1, {result['config']['dtype']}, {m['torch_threads']} threads "
                      f"on {m.get('gpu', m['cpu'])}", x_title="decoder", y_title="tokens per second")
