@@ -215,7 +215,8 @@ def test_the_roofline_against_the_published_speedups():
 
 def test_claims_rows_compare_computed_with_published():
     rows = F.claims_rows()
-    assert [r[3] for r in rows] == ["agrees", "roofline higher"] + ["roofline lower"] * 4
+    unlike = "not like for like (the report credits larger batches); roofline lower even so"
+    assert [r[3] for r in rows] == ["agrees", "roofline higher", unlike, unlike] + ["roofline lower"] * 2
     assert "75%" in rows[0][1] and "74.1%" in rows[0][2]
     assert f"{F.hybrid_speedups()['batch1']:.2f}×" == rows[1][2]
     assert "TPOT per request" in rows[2][0] and "step / batch" in rows[4][0]

@@ -30,8 +30,11 @@ HELD_TO_THE_BAR = (
     "notebooks/02_kv_cache.ipynb",
     "notebooks/05_parallel_deltanet.ipynb",
     "notebooks/06_gates.ipynb",
+    "notebooks/07_mla_moe.ipynb",
     "notebooks/08_what_k3_adds.ipynb",
+    "notebooks/09_k3_accounting.ipynb",
     "notebooks/10_recall_experiment.ipynb",
+    "notebooks/12_k3_in_one_sitting.ipynb",
 )
 
 #: Every page the bar is meant for (a page not yet held is reported, not failed).

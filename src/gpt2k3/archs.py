@@ -144,7 +144,7 @@ MOE_MODELS = (DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B)
 #    to tell the two apart (and K2's report figure, 32.6B, matches neither).  Whether the 2.78T includes the vision tower is open -- with
 #    it 2,779,931,752,544, without 2,779,484,393,568, both 2.78T.
 #  * A_log: 128 stored numbers per KDA layer for 96 heads; read per head (SGLang, vLLM) or
-#    per key channel (another public port).  See KIMI_K3_A_LOG.
+#    per key channel (a hypothetical reading).  See KIMI_K3_A_LOG.
 #  * Values that change no count: activation_situ_beta / _linear_beta (4.0 / 25.0, from the
 #    config transcriptions; SGLang's config defaults are None), and routed_scaling_factor
 #    (third parties transcribe 1.0 and 2.5).

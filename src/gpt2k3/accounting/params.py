@@ -140,8 +140,8 @@ def _kda_layer(s: ArchSpec) -> tuple[int, int]:
 
     q/k/v projections, a depthwise causal convolution on them, the low-rank forget-gate
     projections (``f_a``, ``f_b``) with ``dt_bias`` (one per channel) and ``A_log`` (one per
-    head, as SGLang reads K3's checkpoint; another public port reads one per key channel,
-    :func:`a_log_readings`) -- the same parameters whether the decay is bounded or not -- the write strength
+    head, as SGLang reads K3's checkpoint; a per-key-channel reading is
+    :func:`a_log_readings`'s other case) -- the same parameters whether the decay is bounded or not -- the write strength
     ``b_proj``, the output gate (:func:`_kda_gate`), the gated output norm and ``o_proj``.
     """
     d, h, dk = s.d_model, s.kda_n_head, s.kda_head_dim
@@ -295,7 +295,7 @@ def a_log_readings(spec: ArchSpec, a_log_stored: int) -> dict[str, dict[str, int
     ``A_log`` per layer (Kimi K3: 128, for 96 heads of key dimension 128), over all KDA layers.
 
     ``"per head"`` (SGLang's and vLLM's loaders): one decay scale per head, the first
-    ``kda_n_head`` stored numbers used.  ``"per key channel"`` (another public port): one per
+    ``kda_n_head`` stored numbers used.  ``"per key channel"`` (a hypothetical reading): one per
     key channel, shared by every head, so all ``kda_head_dim`` are used; it needs
     ``a_log_stored == kda_head_dim``.  Each reading gives ``"stored"`` (the same for both),
     ``"used"`` and ``"unused"``; :func:`count_params` counts ``"per head"``.

@@ -108,9 +108,8 @@ CLAIMED_MULTIPLIERS = {
 
 _K3_REPORT = "Kimi Team 2026, 'Kimi K3: Open Frontier Intelligence' (arXiv:2607.24653v2)"
 
-#: What Kimi K3's technical report says about its pre-training, quoted from its text (a public
-#: transcription; the report's figures were transcribed with errors, so no number here is read
-#: off a figure). Each entry: ``quote`` (the report's words), ``section``, and the values the
+#: What Kimi K3's technical report says about its pre-training, quoted from its text; no
+#: number here is read off a figure. Each entry: ``quote`` (the report's words), ``section``, and the values the
 #: book uses, typed from the quote.
 K3_REPORT = {
     "scaling_efficiency": {

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable, Sequence
 import gpt2k3
 from gpt2k3.book.display import Listing, show_source, source_of
 
-__all__ = ["Piece", "trace", "summarize", "is_validation", "compare", "side_by_side", "resolve"]
+__all__ = ["Piece", "trace", "summarize", "is_validation", "compare", "side_by_side", "resolve",
+           "mechanism", "CHUNKED_SOLVE"]
 
 PACKAGE_DIR = Path(gpt2k3.__file__).resolve().parent
 _EXCLUDED = (PACKAGE_DIR / "book",)
@@ -186,6 +187,25 @@ def summarize(pieces: Sequence[Piece]) -> dict[str, int]:
     return {"total": total, "code": total - val - doc, "docstring": doc, "validation": val,
             "shown": sum(p.code_lines for p in pieces), "units": len(pieces),
             "files": len({p.path for p in pieces})}
+
+
+#: Which mechanism a traced piece belongs to, by the first prefix of its dotted name that matches.
+MECHANISMS = (
+    ("gpt2k3.ops._chunked.", "KDA: chunked solve"), ("gpt2k3.ops.gated_delta.", "KDA: chunked solve"),
+    ("gpt2k3.layers.deltanet.", "KDA"), ("gpt2k3.layers.conv.", "KDA: short convolution"),
+    ("gpt2k3.layers.mla.", "MLA"), ("gpt2k3.layers.moe.", "MoE"),
+    ("gpt2k3.layers.residual.", "Attention Residuals"), ("gpt2k3.ops.depth.", "Attention Residuals"),
+    ("gpt2k3.layers.mlp.", "SiTU-GLU"), ("gpt2k3.layers.norms.", "norms"),
+    ("gpt2k3.cache.", "caches"), ("gpt2k3.model.", "model and decoding loop"),
+)
+
+#: The prefixes of the pieces that make KDA's prefill parallel: the chunked solve.
+CHUNKED_SOLVE = ("gpt2k3.ops._chunked.", "gpt2k3.ops.gated_delta.chunkwise")
+
+
+def mechanism(name: str) -> str:
+    """The mechanism the piece called ``name`` (dotted) belongs to, for a signpost; ``"other"``."""
+    return next((label for prefix, label in MECHANISMS if name.startswith(prefix)), "other")
 
 
 def compare(a: Iterable[Piece], b: Iterable[Piece]) -> list[tuple[Piece, bool, bool]]:
