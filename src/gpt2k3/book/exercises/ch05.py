@@ -1,6 +1,6 @@
 """Chapter 5's exercises: DeltaNet in parallel, the chunkwise form.
 
-* 5.1 (predict): on Figure 5.1's grid of chunk sizes, the largest chunk size whose chunkwise
+* 5.1 (predict): on Figure 5.3's grid of chunk sizes, the largest chunk size whose chunkwise
   FLOPs stay under twice the recurrence's is the same fraction of the head dimension at every
   slider step (:func:`largest_chunk_under_twice`).
 * 5.2 (derive): the UT transform of a chunk of two tokens, by hand (:func:`two_token_ut`).
@@ -27,7 +27,7 @@ __all__ = ["largest_chunk_under_twice", "two_token_ut", "chunkwise_read_first",
            "recurrent_read_first", "chunkwise_wy", "compare_read_first", "compare_wy",
            "random_delta_inputs"]
 
-#: Figure 5.1's grid: its chunk sizes and its slider's head dimensions.
+#: Figure 5.3's grid: its chunk sizes and its slider's head dimensions.
 FIGURE_CHUNK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 FIGURE_HEAD_DIMS = (32, 64, 128, 256)
 
@@ -55,7 +55,7 @@ def _approx_ratio(x: float) -> float:
 
 def largest_chunk_under_twice(T: int = 4096, ds=FIGURE_HEAD_DIMS,
                               chunk_sizes=FIGURE_CHUNK_SIZES) -> list[UnderTwice]:
-    """Exercise 5.1: for each head dimension of Figure 5.1's slider, the chunk sizes that keep
+    """Exercise 5.1: for each head dimension of Figure 5.3's slider, the chunk sizes that keep
     the chunkwise form under twice the recurrent FLOPs (``T`` tokens of one head)."""
     T = check_positive_int(T, "T")
     rows = []
