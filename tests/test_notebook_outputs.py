@@ -161,12 +161,23 @@ def test_stored_outputs_are_machine_independent(nb_path):
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_skipped_cells_say_why(nb_path):
+    """A cell nbval does not compare says why: in its metadata (``nbval_skip_reason``), out of
+    the reader's way, or in a leading ``# nbval-ignore-output:`` comment of a cell whose code
+    the web book hides (``remove-input``). A web reader never sees the comment."""
     nb = json.loads(nb_path.read_text())
     for i, cell in enumerate(nb["cells"]):
-        if "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []):
-            src = "".join(cell["source"])
-            assert src.startswith("# nbval-ignore-output:"), (
-                f"{nb_path.stem} cell {i} skips nbval's comparison without a comment saying why")
+        meta = cell.get("metadata", {})
+        if "nbval-ignore-output" not in meta.get("tags", []):
+            continue
+        src = "".join(cell["source"])
+        if src.startswith("# nbval-ignore-output:"):
+            assert "remove-input" in meta.get("tags", []), (
+                f"{nb_path.stem} cell {i} shows its nbval comment to web readers")
+        else:
+            reason = meta.get("nbval_skip_reason")
+            assert isinstance(reason, str) and len(reason.split()) >= 4, (
+                f"{nb_path.stem} cell {i} skips nbval's comparison without saying why "
+                "(metadata nbval_skip_reason)")
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)

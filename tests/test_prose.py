@@ -28,12 +28,15 @@ HELD_TO_THE_BAR = (
     "book/interlude.md",
     "notebooks/01_gpt2.ipynb",
     "notebooks/02_kv_cache.ipynb",
+    "notebooks/03_linear_attention.ipynb",
+    "notebooks/04_deltanet.ipynb",
     "notebooks/05_parallel_deltanet.ipynb",
     "notebooks/06_gates.ipynb",
     "notebooks/07_mla_moe.ipynb",
     "notebooks/08_what_k3_adds.ipynb",
     "notebooks/09_k3_accounting.ipynb",
     "notebooks/10_recall_experiment.ipynb",
+    "notebooks/11_text.ipynb",
     "notebooks/12_k3_in_one_sitting.ipynb",
 )
 
