@@ -287,6 +287,13 @@ def test_the_multiplier_figure_by_hand():
     assert not facts["reached"] and facts["largest"] == 2
     _, rows = longfigs.multiplier_table(data)
     assert rows[2][4] == "4.00" and rows[2][-1] == "1.850"
-    assert "4.0×" in longfigs.multiplier_figure(data).layout.title.text
+    title = longfigs.multiplier_figure(data).layout.title.text
+    assert "4.00×" in title and "so far" in title  # the bound to two places, as the prose gives it
+    done = longfigs.multiplier_figure({**data, "complete": True}).layout.title.text
+    assert "so far" not in done
     with pytest.raises(ValueError, match="compute_multiplier"):
         longfigs.multiplier_facts({"runs": []})
+    assert longfigs.seeds_text([0]) == "seed 0" and longfigs.seeds_text([0, 1]) == "seeds 0 and 1"
+    assert longfigs.seeds_text([0, 1, 2]) == "seeds 0, 1 and 2"
+    with pytest.raises(ValueError, match="seeds"):
+        longfigs.seeds_text([])

@@ -34,7 +34,7 @@ __all__ = ["PLATEAU_LABELS", "plateau_summary", "plateau_curves", "previous_byte
            "design_table", "repeat_table", "lr_sweep", "seed_table", "repeat_summary",
            "inside_bins", "repeat_findings", "repeat_gain",
            "color_of", "K3_SCALING_QUOTE", "K3_SCALING_GAIN", "multiplier_facts",
-           "multiplier_table", "multiplier_figure"]
+           "multiplier_table", "multiplier_figure", "seeds_text"]
 
 #: What each variant of the plateau preset changes, for legends and tables.
 PLATEAU_LABELS = {"published": "as published", "fan_in": "weights N(0, 1/fan_in)",
@@ -407,8 +407,9 @@ K3_SCALING_QUOTE = (
     "that these improvements collectively deliver an approximately 2.5× gain in overall scaling "
     "efficiency over Kimi K2. Table 1 provides a detailed architectural comparison between Kimi "
     "K2 and Kimi K3, highlighting the structural changes that contribute to this improvement.")
-#: The gain that paragraph states: K3 reaches a validation loss with about this many times
-#: less training compute than K2 (read off fitted scaling-law curves, its Figure 7).
+#: The gain that paragraph states. The report does not define "scaling efficiency"; read the
+#: usual way, K3 reaches a validation loss with about this many times less training compute than
+#: K2 (read off fitted scaling-law curves, its Figure 7).
 K3_SCALING_GAIN = 2.5
 
 def _check_multiplier(data: Mapping) -> list[dict]:
@@ -443,6 +444,16 @@ def multiplier_facts(data: Mapping) -> dict:
             "target_compute": data.get("target_compute"),
             "target_seeds": sorted(r["seed"] for r in runs
                                    if r["model"] == data["target"] and r["multiple"] == 1)}
+
+
+def seeds_text(seeds) -> str:
+    """Seeds as prose: ``"seed 0"``, ``"seeds 0 and 1"``, ``"seeds 0, 1 and 2"``."""
+    names = [str(s) for s in seeds]
+    if not names:
+        raise ValueError("seeds must name at least one seed")
+    if len(names) == 1:
+        return "seed " + names[0]
+    return "seeds " + ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def multiplier_table(data: Mapping) -> tuple[list[str], list[list]]:
@@ -498,8 +509,9 @@ def multiplier_figure(data: Mapping) -> go.Figure:
     if facts["reached"]:
         title = f"GPT-2 reaches the tiny K3's loss at {facts['multiplier']:.1f}× its compute"
     else:
-        title = (f"GPT-2 has not reached the tiny K3's loss by {facts['lower_bound']:.1f}× its "
-                 f"compute (budgets so far: up to {facts['largest']}× the bytes)")
+        so_far = "" if facts["complete"] else " so far"
+        title = (f"GPT-2 has not reached the tiny K3's loss by {facts['lower_bound']:.2f}× its "
+                 f"compute (budgets{so_far}: up to {facts['largest']}× the bytes)")
     style(fig, title=title, x_title="training compute (FLOPs)", y_title="validation bits per byte",
           height=460)
     fig.update_xaxes(type="log")
