@@ -21,3 +21,16 @@ def make_state(B, H, Dk, Dv, seed=1, dtype=torch.float64):
 
 def assert_close(a, b, atol=1e-10, rtol=1e-10):
     torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
+
+
+def count_host_syncs(monkeypatch):
+    """The decode-step host-sync tests' counter: count every Python-level read of a tensor's value back to the host."""
+    counts = {"n": 0}
+    for name in ("__bool__", "__int__", "__float__", "__index__", "item", "tolist"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, **kw):
+            counts["n"] += 1
+            return _orig(self, *a, **kw)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return counts

@@ -12,6 +12,7 @@ from gpt2k3.layers.linear_attention import LinearAttention
 from gpt2k3.model import GPT, generate
 from gpt2k3.models.hybrid import hybrid_gpt
 from gpt2k3.models.k3 import tiny_k3
+from mixer_testing import count_host_syncs  # noqa: E402
 
 CFG = dict(block_size=64, vocab_size=97, n_layer=4, n_head=2, n_embd=32)
 
@@ -32,23 +33,10 @@ MODELS = {
 }
 
 
-def _count_host_syncs(monkeypatch):
-    """Count every Python-level read of a tensor's value back to the host."""
-    counts = {"n": 0}
-    for name in ("__bool__", "__int__", "__float__", "__index__", "item", "tolist"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, **kw):
-            counts["n"] += 1
-            return _orig(self, *a, **kw)
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    return counts
-
-
 def host_syncs_per_token(model, monkeypatch, temperature=0.0) -> float:
     """Host reads per generated token: the difference between generating 12 and 4 tokens, / 8."""
     idx = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
-    counts = _count_host_syncs(monkeypatch)
+    counts = count_host_syncs(monkeypatch)
     per_call = []
     for n in (4, 12):
         counts["n"] = 0

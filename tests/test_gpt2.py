@@ -10,6 +10,7 @@ from gpt2k3.config import GPTConfig
 from gpt2k3.book.trace import trace_shapes
 from gpt2k3.cache import KVCache, concat_cache
 from gpt2k3.ops.softmax import causal_mask
+from mixer_testing import count_host_syncs  # noqa: E402
 
 TINY = dict(block_size=32, vocab_size=97, n_layer=2, n_head=4, n_embd=32)
 
@@ -413,19 +414,6 @@ def test_generate_refuses_a_model_that_gives_non_finite_logits():
         generate(m, torch.zeros(1, 2, dtype=torch.long), 3, temperature=0.0)
 
 
-def _count_host_syncs(monkeypatch):
-    """Count every Python-level read of a tensor's value back to the host."""
-    counts = {"n": 0}
-    for name in ("__bool__", "__int__", "__float__", "__index__", "item", "tolist"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, **kw):
-            counts["n"] += 1
-            return _orig(self, *a, **kw)
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    return counts
-
-
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_decode_step_reads_nothing_back_to_the_host(monkeypatch, temperature):
     """generate checks its arguments once per call; a decode step on a 4-layer model makes no
@@ -433,7 +421,7 @@ def test_a_decode_step_reads_nothing_back_to_the_host(monkeypatch, temperature):
     torch.manual_seed(0)
     m = GPT(GPTConfig(block_size=64, vocab_size=97, n_layer=4, n_head=2, n_embd=16)).eval()
     idx = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
-    counts = _count_host_syncs(monkeypatch)
+    counts = count_host_syncs(monkeypatch)
     per_call = []
     for n in (4, 12):
         counts["n"] = 0

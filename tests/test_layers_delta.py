@@ -17,6 +17,7 @@ from gpt2k3.layers.norms import GatedRMSNorm
 from gpt2k3.layers.conv import ShortConv
 from gpt2k3.models.hybrid import forward_in_pieces
 from gpt2k3.ops import delta, gated_delta
+from mixer_testing import count_host_syncs  # noqa: E402
 
 LAYERS = [DeltaNet, GatedDeltaNet, KDA]
 CFG = GPTConfig(block_size=64, vocab_size=97, n_layer=2, n_head=2, n_embd=16)
@@ -345,19 +346,6 @@ def test_generate_with_the_fixed_state(cls):
 
 # ------------------------------------------------------------------ no host sync in a decode step
 
-def _count_host_syncs(monkeypatch):
-    """Count every Python-level read of a tensor's value back to the host."""
-    counts = {"n": 0}
-    for name in ("__bool__", "__int__", "__float__", "__index__", "item", "tolist"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, **kw):
-            counts["n"] += 1
-            return _orig(self, *a, **kw)
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    return counts
-
-
 @pytest.mark.parametrize("layer", [DeltaNet, GatedDeltaNet, KDA, BoundedKDA])
 def test_a_delta_model_decode_step_reads_nothing_back_to_the_host(monkeypatch, layer):
     """A 4-layer model of each delta kind decodes with no host sync per generated token: the
@@ -368,7 +356,7 @@ def test_a_delta_model_decode_step_reads_nothing_back_to_the_host(monkeypatch, l
     m = GPT(GPTConfig(block_size=64, vocab_size=97, n_layer=4, n_head=2, n_embd=16),
             mixer=lambda c, i: layer(c)).eval()
     idx = torch.randint(0, 97, (2, 5), generator=torch.Generator().manual_seed(0))
-    counts = _count_host_syncs(monkeypatch)
+    counts = count_host_syncs(monkeypatch)
     per_call = []
     for n in (4, 12):
         counts["n"] = 0
