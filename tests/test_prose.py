@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HELD_TO_THE_BAR = (
     "book/intro.md",
     "book/interlude.md",
+    "book/live.md",
     "notebooks/01_gpt2.ipynb",
     "notebooks/02_kv_cache.ipynb",
     "notebooks/03_linear_attention.ipynb",
