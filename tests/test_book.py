@@ -177,8 +177,13 @@ def test_the_site_ships_only_the_mathjax_it_loads_and_no_unused_script(site):
     mathjax = html / "_static" / "mathjax"
     assert sorted(p.name for p in mathjax.iterdir()) == sorted({f.split("/")[0] for f in book_sphinx.MATHJAX_FILES})
     assert not list((html / "_static" / "scripts").glob("fontawesome.js*"))
-    size = sum(f.stat().st_size for f in html.rglob("*") if f.is_file())
+    # the live page's runtime and models (_static/live) load only when a reader starts its
+    # panel (tests/test_live_browser.py checks that no page fetches them before): kept apart
+    live = html / "_static" / "live"
+    size = sum(f.stat().st_size for f in html.rglob("*") if f.is_file() and live not in f.parents)
     assert size < 30e6, f"the site is {size / 1e6:.1f} MB"
+    live_size = sum(f.stat().st_size for f in live.rglob("*") if f.is_file())
+    assert live_size < 15e6, f"the live page's runtime and models are {live_size / 1e6:.1f} MB"
     for page in _pages(html):
         text = page.read_text()
         has_math = 'class="math' in text
