@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from gpt2k3.accounting import ArchSpec
 
-__all__ = ["ENABLE", "MIN_TRANSFORMERS", "available", "hf_config", "hf_meta_model",
+__all__ = ["ENABLE", "MIN_TRANSFORMERS", "FLA_READ", "available", "hf_config", "hf_meta_model",
            "hf_param_count", "hf_param_counts"]
 
 #: How to install the optional libraries.
@@ -31,6 +31,10 @@ ENABLE = 'pip install "gpt2k3[oracles]"'
 #: The oldest ``transformers`` the checks run with (the ``oracles`` extra's lower bound): an
 #: older one (Colab's, say) may lack a class or count differently, so it is skipped, not used.
 MIN_TRANSFORMERS = "5.24.0"
+
+#: The ``fla-core`` release whose pure-PyTorch references the tests load and the chapters quote
+#: (the ``oracles`` extra pins it): named from here, so a chapter runs where it is not installed.
+FLA_READ = "0.6.0"
 
 _MODELS = {"GPT2Config": "GPT2LMHeadModel", "DeepseekV3Config": "DeepseekV3ForCausalLM",
            "KimiLinearConfig": "KimiLinearForCausalLM"}
