@@ -22,25 +22,24 @@ if [ "$(cat .venv/.installed 2>/dev/null || true)" != "$want" ]; then
     echo "$want" > .venv/.installed
 fi
 # Chapter 11's corpus: the King James Bible, printed by Debian's `bible` program (package
-# bible-kjv, which pulls in bible-kjv-text).  Installed like chromium in test.sh.
-if ! command -v bible >/dev/null 2>&1; then
-    echo "==> installing Debian's bible-kjv (the King James Bible, chapter 11's corpus)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bible-kjv >/dev/null
-fi
+# bible-kjv, which pulls in bible-kjv-text).  Installed by debian_install below.
+# debian_install COMMAND PACKAGE WHY: install Debian's PACKAGE when COMMAND is missing (test.sh
+# uses it too, for chromium).
+debian_install() {
+    if ! command -v "$1" >/dev/null 2>&1; then
+        echo "==> installing Debian's $2 ($3)"
+        local SUDO=""
+        if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$2" >/dev/null
+    fi
+}
+debian_install bible bible-kjv "the King James Bible, chapter 11's corpus"
 # The live panel (book/live.md) runs the book's small models in the reader's browser with
 # onnxruntime-web, an npm package pinned by package-lock.json. Its files (about 15 MB, too
 # large to commit) are copied with the exported models into book/_static/live, which the site
 # serves; the page fetches them only when the reader asks. npm comes from Debian when missing.
-if ! command -v npm >/dev/null 2>&1; then
-    echo "==> installing Debian's npm (the live panel's runtime is an npm package)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm >/dev/null
-fi
+debian_install npm npm "the live panel's runtime is an npm package"
 lock=$(sha256sum package-lock.json | cut -d' ' -f1)
 if [ "$(cat node_modules/.installed 2>/dev/null || true)" != "$lock" ]; then
     echo "==> installing onnxruntime-web (npm ci, pinned by package-lock.json)"
