@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fla_oracle import load_naive
 from gpt2k3 import seed
+from gpt2k3.checks import check_write_strength
 from gpt2k3.ops import _chunked, delta, wy
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
@@ -248,26 +249,26 @@ def test_empty_batch_heads_or_time_give_empty_results(form, empty):
 # --------------------------------------------------------------------------- bad input
 
 
-def _forms(*args, **kw):
-    yield lambda: delta.recurrent(*args, **kw)
-    yield lambda: delta.chunkwise(*args, **kw)
-    yield lambda: seed.seed_one_shot(*args, **kw)
+SHAPE = r"must be a floating tensor of shape"
 
 
 @pytest.mark.parametrize(
     "case, match",
     [
-        ("q_ndim", r"q must have 4 dimensions"),
-        ("k_shape", r"k must have the same shape as q"),
-        ("v_time", r"v must have shape \(B, H, T, Dv\)"),
-        ("v_batch", r"v must have shape \(B, H, T, Dv\)"),
-        ("beta_trailing_dim", r"beta must have shape \(B, H, T\) = \(2, 3, 5\)"),
-        ("beta_time", r"beta must have shape \(B, H, T\)"),
-        ("beta_heads", r"beta must have shape \(B, H, T\)"),
-        ("beta_not_tensor", r"beta must be a torch.Tensor"),
-        ("state_shape", r"state must have shape \(B, H, Dk, Dv\) = \(2, 3, 4, 4\)"),
-        ("state_ndim", r"state must have shape \(B, H, Dk, Dv\)"),
-        ("state_tuple", r"state must be a torch.Tensor"),
+        ("q_ndim", r"q and v must be tensors \(B, H, T, D\)"),
+        ("k_shape", rf"k {SHAPE} \(2, 3, 5, 4\), got shape \(2, 3, 4, 4\)"),
+        ("v_time", rf"v {SHAPE} \(2, 3, 5, 4\)"),
+        ("v_batch", rf"v {SHAPE}|k {SHAPE}"),
+        ("beta_trailing_dim", rf"beta {SHAPE} \(2, 3, 5\)"),
+        ("beta_time", rf"beta {SHAPE}"),
+        ("beta_heads", rf"beta {SHAPE}"),
+        ("beta_not_tensor", rf"beta {SHAPE} \(2, 3, 5\), got float"),
+        ("state_shape", rf"initial_state {SHAPE} \(2, 3, 4, 4\)"),
+        ("state_ndim", rf"initial_state {SHAPE}"),
+        ("state_tuple", rf"initial_state {SHAPE} \(2, 3, 4, 4\), got tuple"),
+        ("int_v", r"v must be|q, k and v must share one dtype"),
+        ("int_beta", rf"beta {SHAPE}"),
+        ("k_dtype", r"q, k and v must share one dtype"),
     ],
 )
 def test_bad_input_raises(case, match):
@@ -295,40 +296,50 @@ def test_bad_input_raises(case, match):
         state = torch.zeros(3, 4, 4)
     elif case == "state_tuple":
         state = (torch.zeros(2, 3, 4, 4), torch.zeros(2, 3, 4))
-    elif case == "state_nan":
-        state = torch.zeros(2, 3, 4, 4, dtype=q.dtype)
-        state[1, 2, 0, 3] = float("nan")
-    elif case == "q_nan":
-        q[0, 0, 1, 2] = float("nan")
-    elif case == "k_inf":
-        k[1, 2, 4, 0] = float("-inf")
-    elif case == "v_nan":
-        v[1, 1, 1, 1] = float("nan")
-    elif case == "beta_nan":
-        beta[0, 2, 3] = float("nan")
-    elif case == "beta_inf":
-        beta[0, 2, 3] = float("inf")
     elif case == "int_v":
         v = v.long()
     elif case == "int_beta":
         beta = torch.ones(2, 3, 5, dtype=torch.long)
-    for call in _forms(q, k, v, beta, initial_state=state):
+    elif case == "k_dtype":
+        k = k.float()
+    for call in _ops(q, k, v, beta, initial_state=state):
         with pytest.raises(ValueError, match=match):
             call()
+
+
+def _ops(*args, **kw):
+    yield lambda: delta.recurrent(*args, **kw)
+    yield lambda: delta.chunkwise(*args, **kw)
+    yield lambda: delta.chunkwise_reference(*args, **kw)
 
 
 BETA_K = r"beta \* \|\|k\|\|\^2 must be in \[0, 2\]"
 
 
-@pytest.mark.parametrize("bad, match", [(-0.01, BETA_K), (2.01, BETA_K), (5.0, BETA_K),
-                                        (float("nan"), "beta must be finite everywhere"),
-                                        (float("inf"), "beta must be finite everywhere")])
-def test_beta_outside_0_2_raises(bad, match):
+@pytest.mark.parametrize("case", ["q_nan", "k_inf", "beta_nan", "state_nan"])
+def test_the_door_reads_no_value(case):
+    """The ops' door checks shapes and dtypes only (it never waits on the device): a NaN or an inf
+    in an input is outside their contract and flows through the arithmetic, in every form alike.
+    The layers give the ops finite inputs by construction."""
+    q, k, v, beta = make(2, 3, 5, 4, 4)
+    state = torch.zeros(2, 3, 4, 4, dtype=q.dtype)
+    {"q_nan": q, "k_inf": k, "beta_nan": beta, "state_nan": state}[case].view(-1)[7] = \
+        float("inf") if case == "k_inf" else float("nan")
+    for call in _ops(q, k, v, beta, initial_state=state):
+        o, S = call()
+        assert not torch.isfinite(o).all() or not torch.isfinite(S).all()
+
+
+@pytest.mark.parametrize("bad", [-0.01, 2.01, 5.0, float("nan"), float("inf")])
+def test_write_strength_outside_0_2_is_named_by_the_diagnostic(bad):
+    """beta |k|^2 outside [0, 2] makes the update expansive (issue #19's all-NaN states): the ops
+    compute it as asked, and :func:`gpt2k3.checks.check_write_strength` -- the check the
+    chapter-5 pieces run at their door -- names beta and k."""
     q, k, v, beta = make(1, 2, 6, 4, 3)
     beta[0, 1, 3] = bad
-    for call in _forms(q, k, v, beta):
-        with pytest.raises(ValueError, match=match):
-            call()
+    match = BETA_K if math.isfinite(bad) else "beta"
+    with pytest.raises(ValueError, match=match):
+        check_write_strength(beta, k)
     for fn in (wy.householder_product, wy.ut_transform, delta.ut_transform):
         with pytest.raises(ValueError, match=match):
             fn(k[0, 1], beta[0, 1])
@@ -337,17 +348,14 @@ def test_beta_outside_0_2_raises(bad, match):
 
 
 @pytest.mark.parametrize("norm", [10.0, 30.0])
-def test_long_keys_raise(norm):
-    """Issue #19: keys of norm 10-30 with beta = 1 gave all-NaN states. I - beta k^T k is
-    non-expansive only for beta |k|^2 in [0, 2]; the message names beta and k."""
+def test_long_keys_named_by_the_diagnostic(norm):
+    """Issue #19: keys of norm 10-30 with beta = 1 give an expansive update. The diagnostic names
+    beta and |k|^2; scaled down to beta |k|^2 <= 2 the same keys are fine and the forms agree."""
     q, k, v, beta = make(1, 2, 200, 4, 3, seed=3)
     k = k * norm
-    ones = torch.ones_like(beta)
-    for call in _forms(q, k, v, ones):
-        with pytest.raises(ValueError, match=BETA_K) as info:
-            call()
-        assert f"||k||^2 = {norm ** 2:g}" in str(info.value)
-    # the same keys with a write strength scaled down to beta |k|^2 <= 2 are fine, forms agree
+    with pytest.raises(ValueError, match=BETA_K) as info:
+        check_write_strength(torch.ones_like(beta), k)
+    assert f"||k||^2 = {norm ** 2:g}" in str(info.value)
     scaled = beta / norm**2
     o_rec, S_rec = delta.recurrent(q, k, v, scaled)
     o_chk, S_chk = delta.chunkwise(q, k, v, scaled, chunk_size=16)
@@ -357,14 +365,16 @@ def test_long_keys_raise(norm):
 
 
 def test_write_strength_tolerates_rounding_only():
-    """beta = 2 with float32-normalised keys (|k|^2 = 1 +- 1e-7) passes; 2 (1 + 1e-4) does not."""
+    """beta = 2 with float32-normalised keys (|k|^2 = 1 +- 1e-7) passes the diagnostic;
+    2 (1 + 1e-4) does not."""
     q, k, v, _ = make(1, 1, 50, 16, 4, seed=5, dtype=torch.float32)
     two = torch.full((1, 1, 50), 2.0)
+    check_write_strength(two, k)
     o_rec, _ = delta.recurrent(q, k, v, two)
     o_chk, _ = delta.chunkwise(q, k, v, two, chunk_size=16)
     torch.testing.assert_close(o_chk, o_rec, atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match=BETA_K):
-        delta.recurrent(q, k, v, two * (1 + 1e-4))
+        check_write_strength(two * (1 + 1e-4), k)
     # zero keys write nothing, whatever beta is
     zero_k = torch.zeros_like(k)
     _, S = delta.chunkwise(q, zero_k, v, two, chunk_size=8)

@@ -15,6 +15,7 @@ Conventions (see the design notes): sequences are ``(B, H, T, D)``, recurrent st
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 import numbers
@@ -64,7 +65,6 @@ __all__ = [
     "check_write_strength",
     "check_delta_rule",
     "check_gated_delta_rule",
-    "delta_rule_inputs",
     "log_decay_inputs",
     "check_log_decay",
     "check_gdn_gate",
@@ -85,29 +85,26 @@ __all__ = [
 
 
 def checked(check):
-    """Decorator: the public door of a pure body. ``check(*args, **kwargs)`` runs first, with the
-    body's own arguments; it raises ``ValueError`` on bad input and returns nothing (it never
-    transforms what it checks). The body then runs unchanged.
-
-    The door keeps the body's name and docstring (``functools.wraps``), so ``inspect.unwrap``
-    (and the book's ``show_source``) reaches the body, and ``door.__wrapped__`` is the body
-    for a caller that has already checked its inputs (a layer whose inputs are valid by
-    construction, in a decode step that must not wait on the device)::
-
-        @checked(check_delta_rule_call)
-        def recurrent(q, k, v, beta, *, initial_state=None): ...
-    """
-    if not callable(check):
-        raise ValueError(f"check must be callable, got {type(check).__name__}")
-
+    """Decorator: the public door of a pure body. ``check`` runs on the body's arguments and raises
+    ``ValueError`` on bad input, once per public call: a door reached inside another door's call
+    runs its body alone. ``inspect.unwrap`` (and the book's ``show_source``) reach the body."""
     def wrap(body):
         @functools.wraps(body)
         def door(*args, **kwargs):
-            check(*args, **kwargs)
-            return body(*args, **kwargs)
+            if not _INSIDE_DOOR.get():  # the outermost door checks; what it calls derives from that
+                check(*args, **kwargs)
+            token = _INSIDE_DOOR.set(True)
+            try:
+                return body(*args, **kwargs)
+            finally:
+                _INSIDE_DOOR.reset(token)
         door.check = check
         return door
     return wrap
+
+
+#: True while the body of a :func:`checked` door runs (per thread and task).
+_INSIDE_DOOR = contextvars.ContextVar("gpt2k3_inside_door", default=False)
 
 
 def check_bool(value, name: str) -> bool:
@@ -473,33 +470,6 @@ def check_gated_delta_rule(q, k, v, beta, g, initial_state=None) -> tuple[int, i
     return B, H, T, Dk, Dv
 
 
-def delta_rule_inputs(q, k, v, beta, g=None, initial_state=None, chunk_size=64, *, gated=False):
-    """The one check of a delta-rule op (:mod:`gpt2k3.ops.delta`, :mod:`gpt2k3.ops.gated_delta`).
-
-    Checks the arguments as :func:`check_gated_delta_rule` (``gated``) or :func:`check_delta_rule`
-    and ``chunk_size`` as :func:`check_chunk_size`; the checks of values (finite, ``beta |k|^2``
-    in ``[0, 2]``, ``g <= 0``), which read the tensors back to the host, are skipped while a CUDA
-    graph is being captured. Returns ``(q, k, v, beta, S, out_dtype)`` -- with ``g`` after
-    ``beta`` when ``gated`` -- cast to the compute dtype (:func:`compute_dtype`), ``S`` the
-    initial state or zeros ``(B, H, Dk, Dv)``, ``out_dtype`` the dtype outputs are returned in.
-    """
-    check_chunk_size(chunk_size)
-    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    if capturing:
-        for x, name in ((q, "q"), (k, "k"), (v, "v"), (beta, "beta"), (g, "g")):
-            if gated or name != "g":
-                check_float_tensor(x, name)
-    elif gated:
-        check_gated_delta_rule(q, k, v, beta, g, initial_state)
-    else:
-        check_delta_rule(q, k, v, beta, initial_state)
-    tensors = (q, k, v, beta, g) if gated else (q, k, v, beta)
-    dtype = compute_dtype(*tensors, initial_state)
-    B, H, _, Dk = q.shape
-    S = q.new_zeros(B, H, Dk, v.shape[-1], dtype=dtype) if initial_state is None else initial_state
-    return (*(x.to(dtype) for x in tensors), S.to(dtype), output_dtype(q, k, v))
-
-
 def check_log_decay(x, A_log, dt_bias, lower_bound=None, *, per_channel=True) -> None:
     """The door of a forget-gate function (``gpt2k3.layers.deltanet``'s ``*_log_decay``).
 
@@ -589,36 +559,38 @@ def linear_attention_inputs(q, k, v, initial_state=None, eps: float = 1e-6, norm
     return q.to(dtype), k.to(dtype), v.to(dtype), (S.to(dtype), z.to(dtype)), output_dtype(q, k, v)
 
 
-def _capturing() -> bool:
-    """True while a CUDA graph is being captured: no value may be read back then."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
-def check_delta_rule_call(q, k, v, beta, *, initial_state=None, chunk_size=64) -> None:
-    """The door of a DeltaNet op (:mod:`gpt2k3.ops.delta`, with :func:`checked`): the arguments
-    as :func:`check_delta_rule`, ``q, k, v`` of one dtype, a positive ``chunk_size``. The value
-    checks (finite, ``beta |k|^2`` in ``[0, 2]``) are skipped while a CUDA graph is captured.
-    Changes nothing: the op's body casts and creates its own state."""
-    check_chunk_size(chunk_size)
-    if _capturing():
-        check_qkv_shapes(q, k, v)
-        check_float_tensor(beta, "beta")
-    else:
-        check_delta_rule(q, k, v, beta, initial_state)
-    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
+def check_delta_rule_call(q, k, v, beta, g=None, *, initial_state=None, chunk_size=64) -> None:
+    """The door of the delta-rule ops: floating tensors whose shapes agree, ``q, k, v`` of one
+    dtype, a positive ``chunk_size``. It reads no value, so it never waits on the device."""
+    if not all(isinstance(x, torch.Tensor) and x.ndim == 4 for x in (q, v)):
+        raise ValueError(f"q and v must be tensors (B, H, T, D), got {_what(q)} and {_what(v)}")
+    (B, H, T, Dk), Dv = q.shape, v.shape[-1]
+    shapes = {"q": [(B, H, T, Dk)], "k": [(B, H, T, Dk)], "v": [(B, H, T, Dv)], "beta": [(B, H, T)],
+              "g": [(B, H, T), (B, H, T, Dk)], "initial_state": [(B, H, Dk, Dv)]}
+    given = {"q": q, "k": k, "v": v, "beta": beta, "g": g, "initial_state": initial_state}
+    for name, x in given.items():
+        if x is None and name in ("g", "initial_state"):
+            continue
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.shape in shapes[name]):
+            want = " or ".join(_fmt(s) for s in shapes[name])
+            raise ValueError(f"{name} must be a floating tensor of shape {want}, got {_what(x)}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
 
 def check_gated_delta_rule_call(q, k, v, beta, g, *, initial_state=None, chunk_size=64) -> None:
-    """The door of a Gated DeltaNet / KDA op (:mod:`gpt2k3.ops.gated_delta`): as
-    :func:`check_delta_rule_call`, plus the log decay ``g`` (:func:`check_gate`)."""
-    check_chunk_size(chunk_size)
-    if _capturing():
-        check_qkv_shapes(q, k, v)
-        check_float_tensor(beta, "beta")
-        check_float_tensor(g, "g")
-    else:
-        check_gated_delta_rule(q, k, v, beta, g, initial_state)
-    check_same_dtype((q, "q"), (k, "k"), (v, "v"))
+    """The door of the gated ops (:mod:`gpt2k3.ops.gated_delta`): :func:`check_delta_rule_call`
+    with the log decay ``g`` required."""
+    if g is None:
+        raise ValueError("g must be a floating tensor of shape (B, H, T) or (B, H, T, Dk), got None")
+    check_delta_rule_call(q, k, v, beta, g, initial_state=initial_state, chunk_size=chunk_size)
+
+
+def _what(x) -> str:
+    """A value as an error message describes it: a tensor's shape and dtype, else its type."""
+    return f"shape {_fmt(x.shape)} {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
 def check_linear_attention_call(q, k, v, *, initial_state=None, chunk_size=1, eps=1e-6,

@@ -16,7 +16,6 @@ as :class:`GPT2`, so a seed gives the same weights and both compute the same log
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -50,12 +49,23 @@ def check_forward(model, idx, cache=None) -> None:
     past = 0
     if cache is not None:
         check_cache(cache, model.config.n_layer)
+        check_cache_kinds(model, cache)
         cache.check_batch(idx.shape[0])
         cache.check_room(idx.shape[1])
         past = cache.length
     if past + idx.shape[1] > model.config.block_size:
         raise ValueError(f"idx makes the sequence {past + idx.shape[1]} tokens long (cached {past} "
                          f"+ new {idx.shape[1]}), more than block_size={model.config.block_size}")
+
+
+def check_cache_kinds(model, cache) -> None:
+    """Each block's layer cache is of a kind its token mixer accepts (``mixer.cache_types``): a
+    layer inside the model's door is not checked again."""
+    for i, (block, c) in enumerate(zip(model.transformer.h, cache.layers)):
+        kinds = getattr(block.attn, "cache_types", None)
+        if kinds is not None and not isinstance(c, kinds):
+            raise ValueError(f"cache must hold a {' or '.join(k.__name__ for k in kinds)} for block "
+                             f"{i} ({type(block.attn).__name__}), got {type(c).__name__}")
 
 
 def init_module(module: nn.Module) -> None:
@@ -273,24 +283,15 @@ def check_generate(model, idx, max_new_tokens, use_cache=True, temperature=1.0, 
 def generate(model: GPT2, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
              temperature: float = 1.0, top_k: int | None = None,
              generator: torch.Generator | None = None, cache: ModelCache | None = None) -> torch.Tensor:
-    """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)`` and return ``(B, T + max_new_tokens)``.
+    """Append ``max_new_tokens`` tokens to ``idx`` ``(B, T)``; return ``(B, T + max_new_tokens)``.
 
-    ``temperature=0`` is greedy decoding (argmax); otherwise the next token is drawn from
-    ``softmax(logits / temperature)`` over the ``top_k`` most likely tokens (:func:`sample`).
-
-    Without a cache (``use_cache=False``), every step runs the whole sequence through the model
-    and keeps the last position's logits. With one (a :class:`GPT`), the prompt runs once
-    (prefill) and every later step runs one token through the layers' caches; both give the same
-    tokens (greedy) up to float rounding of the logits. The cache is ``model.new_cache(B, T +
-    max_new_tokens)`` unless an empty ``cache`` is passed (the seed's concatenating one,
-    :func:`gpt2k3.cache.concat_cache`, say). :class:`gpt2k3.models.gpt2_fast.FastDecoder`
-    computes the same tokens for a plain GPT-2, rearranged for speed.
-
-    The arguments are checked once, at the door; every step calls ``forward``'s body, so a decode
-    step reads nothing back to the host but nothing at all (whether every step's logits were
-    finite is read once, at the end).
+    ``temperature=0`` is greedy; otherwise each token is drawn by :func:`sample`. With a cache
+    (a :class:`GPT`) the prompt runs once and every later step runs one token through it; without
+    one (``use_cache=False``) every step reruns the whole sequence. The cache is
+    ``model.new_cache(B, T + max_new_tokens)`` unless an empty ``cache`` is passed. The door
+    checks the arguments once; no step reads anything back to the host (whether every step's
+    logits were finite is read once, at the end).
     """
-    forward = inspect.unwrap(type(model).forward)  # the body: the door above checked this call
     was_training = model.training
     model.eval()
     if use_cache and cache is None:
@@ -299,7 +300,7 @@ def generate(model: GPT2, idx: torch.Tensor, max_new_tokens: int, use_cache: boo
                                 dtype=p.dtype, device=p.device)
     finite, nxt = True, idx
     for _ in range(max_new_tokens):
-        logits = forward(model, nxt, cache) if use_cache else forward(model, idx)
+        logits = model(nxt, cache) if use_cache else model(idx)  # inside the door: no re-check
         finite = finite & torch.isfinite(logits[:, -1]).all()  # stays on the device until the end
         nxt = sample(logits[:, -1], temperature, top_k, generator)
         idx = torch.cat((idx, nxt), dim=1)

@@ -48,6 +48,7 @@ from gpt2k3.checks import (
     check_choice,
     check_draw,
     check_finite,
+    check_write_strength,
     check_float_tensor,
     check_int,
     check_number,
@@ -129,8 +130,16 @@ def write_additive(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return keys.transpose(0, 1) @ values
 
 
-def _beta_vector(beta, n: int, dtype) -> torch.Tensor:
-    """``beta`` as a tensor of shape ``(n,)``: a float is repeated, a tensor must be ``(n,)``."""
+def _beta_vector(beta, keys: torch.Tensor) -> torch.Tensor:
+    """``beta`` as a tensor of shape ``(N,)`` for the ``(..., N, D)`` keys: a float is repeated, a
+    tensor must be ``(N,)``; ``beta_i |k_i|^2`` must lie in ``[0, 2]``
+    (:func:`gpt2k3.checks.check_write_strength`: the delta-rule op itself reads no value)."""
+    vector = _beta_as_tensor(beta, keys.shape[-2], keys.dtype)
+    check_write_strength(vector.expand(keys.shape[:-1]), keys)
+    return vector
+
+
+def _beta_as_tensor(beta, n: int, dtype) -> torch.Tensor:
     if isinstance(beta, torch.Tensor):
         if beta.shape != (n,):
             raise ValueError(
@@ -163,7 +172,7 @@ def write_delta(keys: torch.Tensor, values: torch.Tensor, beta=1.0) -> torch.Ten
     otherwise). Uses the DeltaNet mixer of :mod:`gpt2k3.ops.delta` on a single head.
     """
     _check_pairs(keys, values)
-    beta = _beta_vector(beta, keys.shape[0], keys.dtype)
+    beta = _beta_vector(beta, keys)
     return _write_delta_batched(keys[None], values[None], beta)[0]
 
 
@@ -250,7 +259,7 @@ def _write(keys, values, rule: str, beta):
     if rule == "additive":
         return keys.transpose(-1, -2) @ values
     if rule == "delta":
-        return _write_delta_batched(keys, values, _beta_vector(beta, keys.shape[1], keys.dtype))
+        return _write_delta_batched(keys, values, _beta_vector(beta, keys))
     if rule == "least_squares":
         return _write_least_squares_batched(keys, values)
     raise AssertionError(f"unknown rule {rule!r}")  # callers check the rule first

@@ -51,7 +51,7 @@ def check_attention_call(layer, x, cache=None) -> None:
     n_embd)`` and ``cache`` ``None`` or a key-value cache. Shapes and types only (no host sync)."""
     if check_float_tensor(x, "x", 3).shape[-1] != layer.n_embd:
         raise ValueError(f"x must have shape (B, T, {layer.n_embd}), got {tuple(x.shape)}")
-    if cache is not None and not isinstance(cache, (KVCache, ConcatKVCache)):
+    if cache is not None and not isinstance(cache, layer.cache_types):
         raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
                          f"concat_cache), got {type(cache).__name__}")
 
@@ -62,6 +62,8 @@ class CausalSelfAttention(GPT2Attention):
     the fused kernel, :func:`gpt2k3.ops.softmax.parallel` (tested equal to the written-out form).
     Nothing here reads a value back to the host, so a decode step through it makes no host sync.
     """
+
+    cache_types = (KVCache, ConcatKVCache)  #: the layer caches it accepts
 
     def new_cache(self, batch: int, max_len: int, *, dtype: torch.dtype | None = None,
                   device=None) -> KVCache:

@@ -125,11 +125,24 @@ def mamba2_dt_bias(n: int) -> torch.Tensor:
     return dt + torch.log(-torch.expm1(-dt))  # softplus^-1(dt)
 
 
+def check_delta_layer_call(layer, x, cache=None) -> None:
+    """The door of :meth:`DeltaLayer.forward`: ``x`` ``(B, T, n_embd)`` in the weights' dtype,
+    ``cache`` ``None`` or a :class:`StateCache` holding nothing yet or a :class:`DeltaState`."""
+    check_layer_input(x, "x", layer.n_embd, next(layer.parameters()).dtype,
+                      shape=f"(B, T, n_embd={layer.n_embd})", finite=False)
+    if cache is not None and not isinstance(cache, layer.cache_types):
+        raise ValueError(f"cache must be a StateCache (from new_cache), got "
+                         f"{type(cache).__name__} -- a KVCache is for softmax attention")
+    if cache is not None and cache.state is not None and not isinstance(cache.state, DeltaState):
+        raise ValueError(f"the cached state must be a DeltaState, got {type(cache.state).__name__}")
+
+
 class DeltaLayer(nn.Module):
     """What DeltaNet, Gated DeltaNet and KDA share; subclasses add a gate and an output gate."""
 
     #: activation of the output gate (None: no output gate)
     output_gate: str | None = None
+    cache_types = (StateCache,)  #: the layer caches it accepts
 
     def __init__(self, config, *, n_head: int | None = None, head_dim: int | None = None,
                  expand_v: float = 1.0, conv_size: int = 4, norm_eps: float = 1e-5,
@@ -201,29 +214,20 @@ class DeltaLayer(nn.Module):
         return StateCache(batch, max_len)
 
     # ---------------------------------------------------------------- forward
+    @checked(check_delta_layer_call)
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
         """``x`` ``(B, T, n_embd)`` -> ``(B, T, n_embd)``; with its cache (:meth:`new_cache`),
         continue from the cached state and store the new one."""
-        check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
-                          shape=f"(B, T, n_embd={self.n_embd})", finite=False)
-        if cache is not None and not isinstance(cache, StateCache):
-            raise ValueError(f"cache must be a StateCache (from new_cache), got "
-                             f"{type(cache).__name__} -- a KVCache is for softmax attention")
         prev = cache.state if cache is not None else None
-        if prev is not None and not isinstance(prev, DeltaState):
-            raise ValueError(f"the cached state must be a DeltaState, got {type(prev).__name__}")
         B, T, _ = x.shape
         if T == 0:  # nothing to mix, nothing to remember
             return x.new_zeros(B, 0, self.n_embd)
         q, k, v, conv = self.qkv(x, prev.conv if prev is not None else None)
         S, beta, g = None if prev is None else prev.S, self.beta(x), self.log_alpha(x)
-        # valid by construction (unit keys, beta in (0, 1), g <= 0, shapes the layer's own): the
-        # ops' bodies, past their doors' value scans, so a decode step never waits on the device
-        if g is None:
-            o, S = delta.chunkwise.__wrapped__(q, k, v, beta, initial_state=S, chunk_size=self.chunk_size)
+        if g is None:  # inside this door the ops run their bodies alone: no check, no device wait
+            o, S = delta.chunkwise(q, k, v, beta, initial_state=S, chunk_size=self.chunk_size)
         else:
-            o, S = gated_delta.chunkwise.__wrapped__(q, k, v, beta, g, initial_state=S,
-                                                     chunk_size=self.chunk_size)
+            o, S = gated_delta.chunkwise(q, k, v, beta, g, initial_state=S, chunk_size=self.chunk_size)
         if cache is not None:
             cache.extend(DeltaState(S, conv), T)
         out_gate = self._output_gate(x)

@@ -13,8 +13,9 @@ One signature convention, fla-style::
     o, final_state = op.chunkwise(q, k, v, [beta], [g], *, initial_state=None, chunk_size=64)
 
 Each form is a pure body (it casts its inputs, creates its state, does its arithmetic) behind
-one door, :func:`gpt2k3.checks.checked`, which checks the arguments and changes nothing; a
-caller whose inputs are valid by construction may call ``op.__wrapped__``, the body itself.
+one door, :func:`gpt2k3.checks.checked`, which checks the arguments' types and shapes (never a
+value) and changes nothing, once per public call: a door reached inside another door's call
+runs its body alone.
 The fast delta-rule forms share their steps, listed in :mod:`gpt2k3.ops._chunked`.
 
 Ops import no layer and no model.

@@ -47,17 +47,19 @@ and equal to flash-linear-attention's references.
 
 Each form is a pure body: it casts its inputs to float32 or wider, creates its state, and does
 its arithmetic. Its arguments are checked once, at its door (:func:`gpt2k3.checks.checked` with
-:func:`gpt2k3.checks.check_delta_rule_call`); a layer whose inputs are valid by construction
-calls the body, ``chunkwise.__wrapped__``, and skips the door's value scans.
+:func:`gpt2k3.checks.check_delta_rule_call`), which reads shapes and dtypes but never a value, so
+no call waits on the device. The values are the caller's contract: the layers produce unit keys,
+``beta`` from a sigmoid and ``g <= 0`` by construction, and
+:func:`gpt2k3.checks.check_write_strength` names a write strength outside the range below.
 
 **Why ``beta |k|^2`` is in [0, 2].** One step multiplies the state by ``I - beta_t k_t^T k_t``,
 which has eigenvalue ``1 - beta_t |k_t|^2`` along ``k_t`` and 1 elsewhere. For a unit key,
 ``beta = 1`` replaces the stored value (a projection), ``beta = 2`` reflects it (a Householder
 reflection), and outside ``[0, 2]`` the eigenvalue leaves ``[-1, 1]`` and repeated writes amplify
 what is stored until the state overflows (keys of norm 10 with ``beta = 1`` give an all-NaN
-state within a few hundred tokens). Every door here raises ``ValueError`` unless
-``beta_t |k_t|^2`` is in ``[0, 2]`` for every token (with a relative slack for rounding): the
-layers L2-normalise the keys and take ``beta`` from a sigmoid, so ``beta in [0, 1]``.
+state within a few hundred tokens). The layers L2-normalise the keys and take ``beta`` from a
+sigmoid, so ``beta in [0, 1]``; :func:`gpt2k3.checks.check_write_strength` checks the range
+for inputs from elsewhere (it reads every value, so the ops' doors do not run it).
 
 For the chapter that derives the chunkwise form, its pieces --
 :func:`~gpt2k3.ops.wy.householder_product`, :func:`~gpt2k3.ops.wy.wy_representation`,

@@ -62,22 +62,9 @@ def causal_mask(t: int, past: int, device=None) -> torch.Tensor:
 @checked(check_attention)
 def parallel(q, k, v, *, scale: float | None = None, dropout_p: float = 0.0) -> torch.Tensor:
     """Causal softmax attention of the last ``Tq`` positions over all ``Tk``: the fast form.
-
-    ``A = softmax(s Q K^T + M)``, ``O = A V``, where ``M`` lets query ``i`` (absolute position
-    ``Tk - Tq + i``) see keys ``0 .. Tk - Tq + i``: causal within the chunk, everything before it.
-
-    Args:
-        q: ``(B, H, Tq, Dk)``. k: ``(B, H, Tk, Dk)`` with ``Tk >= Tq``. v: ``(B, H, Tk, Dv)``;
-            all of one floating dtype.
-        scale: multiplies the scores; ``None`` means ``1/sqrt(Dk)``.
-        dropout_p: attention-weight dropout probability in ``[0, 1)`` (training only; ``0``
-            makes the function deterministic).
-
-    Returns:
-        ``o`` of shape ``(B, H, Tq, Dv)``, in the input dtype (computed in it too: the kernels
-        accumulate half-precision inputs in float32 themselves, and casting a long KV cache up
-        would copy it on every decode step).
-    """
+    ``q (B, H, Tq, Dk)``, ``k (B, H, Tk, Dk)`` with ``Tk >= Tq``, ``v (B, H, Tk, Dv)``, one dtype;
+    ``scale`` ``None`` means ``1/sqrt(Dk)``. Returns ``(B, H, Tq, Dv)`` in the input dtype (the
+    kernels accumulate half precision in float32; casting a long cache up would copy it)."""
     Tq, Tk = q.shape[2], k.shape[2]
     if Tq == Tk:  # a whole sequence: plain causal attention
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,

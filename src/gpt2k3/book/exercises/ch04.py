@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_positive_int, delta_rule_inputs
+from gpt2k3.checks import check_delta_rule_call, check_positive_int, checked
 from gpt2k3.experiments import memory
 from gpt2k3.ops import delta
 
@@ -45,13 +45,21 @@ def erase_matrix(d: int = 8, beta: float = 1.0, key_norm: float = 1.0, seed: int
             "kills_k": (k @ E).abs().max().item()}
 
 
+def _check_passes(q, k, v, beta, *, initial_state=None, passes: int = 1) -> None:
+    check_delta_rule_call(q, k, v, beta, initial_state=initial_state)
+    check_positive_int(passes, "passes")
+
+
+@checked(_check_passes)
 def recurrent_passes(q, k, v, beta, *, initial_state=None, passes: int = 1):
     """Exercise 4.3: :func:`gpt2k3.ops.delta.recurrent` swept over the same tokens ``passes``
     times, the state carried from one sweep into the next. With ``beta = 1`` and unit keys each
     write solves one equation ``k_t S = v_t`` exactly, and the sweeps are Kaczmarz's method for
     the system ``K S = V``. ``o`` is the last sweep's."""
-    passes = check_positive_int(passes, "passes")
-    q, k, v, beta, S, dtype = delta_rule_inputs(q, k, v, beta, None, initial_state)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)  # state: >= float32
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
     o = torch.empty_like(v)
     for t in [*range(q.shape[2])] * passes:  # every token again, `passes` times over
         q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]  # (B, H, D)
@@ -59,7 +67,7 @@ def recurrent_passes(q, k, v, beta, *, initial_state=None, passes: int = 1):
         u = beta[:, :, t, None] * (v_t - v_old)  # write only the correction
         S = S + k_t.unsqueeze(-1) * u.unsqueeze(-2)  # outer product k_t^T u
         o[:, :, t] = (q_t.unsqueeze(-2) @ S).squeeze(-2)
-    return o.to(dtype), S
+    return o.to(out_dtype), S
 
 
 def passes_to_least_squares(d: int, n: int, passes, beta: float = 1.0, seed: int = 0) -> dict:
