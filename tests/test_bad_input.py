@@ -814,6 +814,8 @@ NOT_COVERED = {
     "book.reading": "the reading-path tracer behind the last chapter and scripts/reading_paths.py",
     "book.trace": "chapter 1's shape trace over a model the GPT case covers",
     "checks": "the validation module itself: every front door below runs through it",
+    "ops.chunks": "the steps of the chunked delta rule, run by the checked doors of ops.delta and "
+                  "ops.gated_delta (their cases above); chapters 5 and 6 list them",
     "accounting.k3_mechanisms": "chapter 8's plain numbers: tests/test_figures_k3_adds.py checks "
                                 "their arguments (not yet driven by this suite)",
     "models.k3": "K3 assembly: tests/test_k3_model.py checks its arguments",

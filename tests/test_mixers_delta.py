@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fla_oracle import load_naive
 from gpt2k3 import seed
 from gpt2k3.checks import check_write_strength
-from gpt2k3.ops import _chunked, delta, wy
+from gpt2k3.ops import chunks, delta, wy
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -124,7 +124,7 @@ def test_book_chunk_sizes_with_state_and_splits(shape, chunk, beta_max, split, s
 @pytest.mark.parametrize("elements", [1, 5_000])
 def test_chunks_processed_in_groups(monkeypatch, elements):
     """A small memory budget splits the chunks into many groups (one chunk each at the extreme)."""
-    monkeypatch.setattr(_chunked, "BLOCK_ELEMENTS", elements)
+    monkeypatch.setattr(chunks, "BLOCK_ELEMENTS", elements)
     q, k, v, beta = make(2, 2, 203, 6, 5, seed=41)
     S0 = make_state(2, 2, 6, 5)
     o_rec, S_rec = delta.recurrent(q, k, v, beta, initial_state=S0)
@@ -545,7 +545,7 @@ def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
 
     for name in ("unit_lower_inverse", "channel_decays", "chunk_decays", "intra_chunk",
                  "intra_chunk_gated", "pass_state"):
-        monkeypatch.setattr(_chunked, name, broken)
+        monkeypatch.setattr(chunks, name, broken)
     after = delta.recurrent(q, k, v, beta)
     assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
     reference = delta.chunkwise_reference(q, k, v, beta, chunk_size=4)  # nor does the chunked reference

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from fla_oracle import load_naive
 from gpt2k3.checks import check_write_strength
-from gpt2k3.ops import _chunked, delta, gated_delta
+from gpt2k3.ops import chunks, delta, gated_delta
 from mixer_testing import assert_close, make_state, shapes  # noqa: E402
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -222,7 +222,7 @@ def test_reference_form_shares_no_code_with_the_chunked_core(monkeypatch):
 
     for name in ("unit_lower_inverse", "channel_decays", "chunk_decays", "intra_chunk",
                  "intra_chunk_gated", "pass_state"):
-        monkeypatch.setattr(_chunked, name, broken)
+        monkeypatch.setattr(chunks, name, broken)
     after = gated_delta.recurrent(q, k, v, beta, la)
     assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
 
@@ -456,7 +456,7 @@ def test_channel_decays_equal_the_definition(C, max_decay):
     g = torch.Generator().manual_seed(C)
     q, k = (torch.randn(2, 3, C, 5, generator=g, dtype=torch.float64) for _ in range(2))
     la = -max_decay * torch.rand(2, 3, C, 5, generator=g, dtype=torch.float64)
-    got = _chunked.channel_decays(q, k, la)
+    got = chunks.channel_decays(q, k, la)
     for a, b in zip(got, _explicit_channel_scores(q, k, la)):
         assert torch.isfinite(a).all()
         assert_close(a, b)
@@ -470,7 +470,7 @@ def test_channel_decays_float32_keep_digits_after_strong_decays():
     la = -1e-3 * torch.rand(4, 64, 8, generator=g)
     la[:, :20] = -40.0  # the chunk's first 20 tokens wipe everything before them
     la[1, 30] = float("-inf")  # a full reset mid-chunk
-    got = _chunked.channel_decays(q, k, la)
+    got = chunks.channel_decays(q, k, la)
     for a, b in zip(got, _explicit_channel_scores(q, k, la)):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a.double(), b, atol=2e-6, rtol=2e-6)
@@ -482,8 +482,8 @@ def test_channel_decays_grad_path_equals_in_place_path():
     q, k = (torch.randn(3, 12, 4, generator=g, dtype=torch.float64) for _ in range(2))
     la = -torch.rand(3, 12, 4, generator=g, dtype=torch.float64)
     with torch.no_grad():
-        plain = _chunked.channel_decays(q, k, la)
-    tracked = _chunked.channel_decays(q.requires_grad_(), k, la.requires_grad_())
+        plain = chunks.channel_decays(q, k, la)
+    tracked = chunks.channel_decays(q.requires_grad_(), k, la.requires_grad_())
     for a, b in zip(tracked, plain):
         assert_close(a.detach(), b)
     sum(x.sum() for x in tracked).backward()

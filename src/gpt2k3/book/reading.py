@@ -191,7 +191,7 @@ def summarize(pieces: Sequence[Piece]) -> dict[str, int]:
 
 #: Which mechanism a traced piece belongs to, by the first prefix of its dotted name that matches.
 MECHANISMS = (
-    ("gpt2k3.ops._chunked.", "KDA: chunked solve"), ("gpt2k3.ops.gated_delta.", "KDA: chunked solve"),
+    ("gpt2k3.ops.chunks.", "KDA: chunked solve"), ("gpt2k3.ops.gated_delta.", "KDA: chunked solve"),
     ("gpt2k3.layers.deltanet.", "KDA"), ("gpt2k3.layers.conv.", "KDA: short convolution"),
     ("gpt2k3.layers.mla.", "MLA"), ("gpt2k3.layers.moe.", "MoE"),
     ("gpt2k3.layers.residual.", "Attention Residuals"), ("gpt2k3.ops.depth.", "Attention Residuals"),
@@ -200,7 +200,7 @@ MECHANISMS = (
 )
 
 #: The prefixes of the pieces that make KDA's prefill parallel: the chunked solve.
-CHUNKED_SOLVE = ("gpt2k3.ops._chunked.", "gpt2k3.ops.gated_delta.chunkwise")
+CHUNKED_SOLVE = ("gpt2k3.ops.chunks.", "gpt2k3.ops.gated_delta.chunkwise")
 
 
 def mechanism(name: str) -> str:

@@ -16,7 +16,7 @@ Each form is a pure body (it casts its inputs, creates its state, does its arith
 one door, :func:`gpt2k3.checks.checked`, which checks the arguments' types and shapes (never a
 value) and changes nothing, once per public call: a door reached inside another door's call
 runs its body alone.
-The fast delta-rule forms share their steps, listed in :mod:`gpt2k3.ops._chunked`.
+The fast delta-rule forms share their steps, listed in :mod:`gpt2k3.ops.chunks`.
 
 Ops import no layer and no model.
 """

@@ -38,9 +38,9 @@ With ``T_c = (I + tril(diag(beta) K K^T, -1))^{-1} diag(beta)`` (the "UT transfo
 Three forms compute this. :func:`recurrent` is the definition, token by token.
 :func:`chunkwise_reference` is the derivation above in plain steps, one chunk after another (a
 triangular solve per chunk). :func:`chunkwise` is the fast form, a loop over groups of chunks
-that calls the two steps of :mod:`gpt2k3.ops._chunked`: the UT/WY step
-(:func:`~gpt2k3.ops._chunked.intra_chunk`) for every chunk of a group at once, then the state
-pass (:func:`~gpt2k3.ops._chunked.pass_state`), the only sequential part, ``T / C`` small steps;
+that calls the two steps of :mod:`gpt2k3.ops.chunks`: the UT/WY step
+(:func:`~gpt2k3.ops.chunks.intra_chunk`) for every chunk of a group at once, then the state
+pass (:func:`~gpt2k3.ops.chunks.pass_state`), the only sequential part, ``T / C`` small steps;
 the outputs of the group follow in one batch. Gated DeltaNet and KDA thread their decays
 through the same steps (:mod:`gpt2k3.ops.gated_delta`). The tests hold all three forms equal,
 and equal to flash-linear-attention's references.
@@ -74,7 +74,7 @@ from __future__ import annotations
 import torch
 
 from gpt2k3.checks import check_delta_rule_call, checked
-from gpt2k3.ops._chunked import as_chunks, chunk_spans, intra_chunk, pass_state
+from gpt2k3.ops.chunks import as_chunks, chunk_spans, intra_chunk, pass_state
 from gpt2k3.ops.wy import (
     ChunkCost,
     chunkwise_cost,
@@ -134,8 +134,8 @@ def chunkwise_reference(q, k, v, beta, *, initial_state=None, chunk_size: int = 
 @checked(check_delta_rule_call)
 def chunkwise(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """DeltaNet a chunk of ``chunk_size`` tokens at a time, the fast form: the state-independent
-    step (:func:`~gpt2k3.ops._chunked.intra_chunk`) for a whole group of chunks at once, then the
-    state pass (:func:`~gpt2k3.ops._chunked.pass_state`), then every output of the group in one
+    step (:func:`~gpt2k3.ops.chunks.intra_chunk`) for a whole group of chunks at once, then the
+    state pass (:func:`~gpt2k3.ops.chunks.pass_state`), then every output of the group in one
     batch. Equals :func:`recurrent` for any ``T``; arguments and result as there."""
     out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
     q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))

@@ -26,7 +26,7 @@ that is equal across channels is exactly Gated DeltaNet.
 :func:`recurrent` is the definition token by token, a plain loop that shares nothing with the
 fast form but the door's checks. :func:`chunkwise` is :func:`gpt2k3.ops.delta.chunkwise` with
 the decays threaded through its two steps: the UT/WY step becomes
-:func:`~gpt2k3.ops._chunked.intra_chunk_gated`, and the state pass decays the state over each
+:func:`~gpt2k3.ops.chunks.intra_chunk_gated`, and the state pass decays the state over each
 chunk. :func:`chunked` runs either body for callers that hold a
 state and a log decay side by side. Inside a chunk, token ``j``'s write has decayed by
 ``exp(g_i - g_j)`` by token ``i``, with ``g`` the chunk-local cumulative log decay:
@@ -42,7 +42,7 @@ state and a log decay side by side. Inside a chunk, token ``j``'s write has deca
   matrix product of ``q * exp(g - g_r)`` with ``k * exp(g_r - g)`` (the GLA / Kimi Linear
   factorisation). A reference between the two keeps both factors ``<= 1``, so nothing can
   overflow; the chunk is halved recursively so that every pair has one (``log2 C`` levels of
-  batched matrix products; see ``gpt2k3.ops._chunked.channel_decays``). The factors are built
+  batched matrix products; see ``gpt2k3.ops.chunks.channel_decays``). The factors are built
   as products of per-token decays, never as differences of large cumulative sums, so they keep
   their precision after strong decays.
 
@@ -62,7 +62,7 @@ import torch
 
 from gpt2k3.checks import check_gated_delta_rule_call, checked
 from gpt2k3.ops import delta
-from gpt2k3.ops._chunked import as_chunks, chunk_spans, intra_chunk_gated, pass_state
+from gpt2k3.ops.chunks import as_chunks, chunk_spans, intra_chunk_gated, pass_state
 
 __all__ = ["recurrent", "chunkwise", "chunked"]
 

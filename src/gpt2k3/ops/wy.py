@@ -31,7 +31,7 @@ from gpt2k3.checks import (
     check_write_strength,
     checked,
 )
-from gpt2k3.ops._chunked import unit_lower_inverse
+from gpt2k3.ops.chunks import unit_lower_inverse
 
 __all__ = ["householder_product", "wy_representation", "ut_transform", "ChunkCost", "chunkwise_cost"]
 

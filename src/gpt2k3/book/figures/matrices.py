@@ -174,9 +174,9 @@ def chunkwise_steps(n_chunks: int = 4, C: int = 4) -> Figure:
     """A schematic of the fast chunkwise form (chapter 5): the three steps of
     :func:`gpt2k3.ops.delta.chunkwise` over ``n_chunks`` chunks of ``C`` tokens.
 
-    Top row: step 1, the UT/WY step (:func:`gpt2k3.ops._chunked.intra_chunk`), every chunk at
+    Top row: step 1, the UT/WY step (:func:`gpt2k3.ops.chunks.intra_chunk`), every chunk at
     once, since none of it needs the state. Middle row: step 2, the state pass
-    (:func:`gpt2k3.ops._chunked.pass_state`), one small step per chunk, the only sequential part.
+    (:func:`gpt2k3.ops.chunks.pass_state`), one small step per chunk, the only sequential part.
     Bottom row: step 3, every chunk's outputs at once from the state that entered it.
     ``fig.matrices["chunk_of_token"]`` holds the chunk index of each of the ``n_chunks * C``
     tokens drawn.
