@@ -461,7 +461,7 @@ def test_decode_bytes_state_is_float32_unless_told():
         decode_bytes_per_token(s, 1000, state_dtype_bytes=0)
 
 
-def test_weights_read_per_step_is_the_weight_part_of_the_decode_bytes():
+def testweights_read_per_step_is_the_weight_part_of_thedecode_bytes():
     for spec in (GPT2_SMALL, DEEPSEEK_V3, KIMI_LINEAR_48B):
         for b in (1, 7, 300):
             weights = weights_read_per_step(spec, b)
@@ -778,7 +778,7 @@ def test_plan_roofline_parts_split_the_state_by_head_and_the_latent_not():
     """Chapter 9's batch-1 breakdown: the busiest device reads the whole MLA latent but only
     its 1/tp share of the KDA state (twice: read and written back); what is left beside the
     experts is its 1/tp share of the always-read weights, written out here from W(1)."""
-    from gpt2k3.accounting.decode import _weights_read_per_step
+    from gpt2k3.accounting.decode import weights_read_per_step
     from gpt2k3.accounting.experts import expected_busiest_experts
     from gpt2k3.archs import KIMI_K3
     s, n_ctx, tp = KIMI_K3, 1 << 20, 8
@@ -790,7 +790,7 @@ def test_plan_roofline_parts_split_the_state_by_head_and_the_latent_not():
     assert parts["cache"] == kv_cache_bytes(s, n_ctx)                  # the latent, whole
     assert s.kda_n_head % tp == 0
     assert parts["state"] == pytest.approx(2 * state_bytes(s) / tp, rel=1e-12)
-    always = _weights_read_per_step(s, 1) - s.n_moe_layers * s.top_k * s.expert_params
+    always = weights_read_per_step(s, 1) - s.n_moe_layers * s.top_k * s.expert_params
     assert parts["shared weights"] == pytest.approx(always * 2 / tp, rel=1e-12)
     busiest = expected_busiest_experts(s, 1, plan.n_devices)
     assert parts["routed experts"] == pytest.approx(

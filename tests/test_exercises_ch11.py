@@ -11,7 +11,7 @@ import torch
 from gpt2k3.book.exercises import ch11
 from gpt2k3.book.results import exists, load
 from gpt2k3.experiments import checkpoint, corpus
-from gpt2k3.experiments.corpus import VOCAB_SIZE, _keys, _ngram_score
+from gpt2k3.experiments.corpus import VOCAB_SIZE, _keys, ngram_score
 
 PASSAGE = ("In the beginning was the Word, and the Word was with God, and the Word was God. "
            "The same was in the beginning with God.")
@@ -73,7 +73,7 @@ def test_11_3_backoff_is_the_chapter_table_where_the_context_was_seen():
     p = ch11.ngram_probs_backoff(train, keys, 4, 0.01)
     ctx_seen = torch.isin(keys // VOCAB_SIZE, _keys(train[:-1], 3))
     assert ctx_seen.any() and (~ctx_seen).any()
-    plain = torch.tensor([2.0 ** -_ngram_score(train, k[None], 4, 0.01) for k in keys], dtype=torch.float64)
+    plain = torch.tensor([2.0 ** -ngram_score(train, k[None], 4, 0.01) for k in keys], dtype=torch.float64)
     torch.testing.assert_close(p[ctx_seen], plain[ctx_seen])
     lower = ch11.ngram_probs_backoff(train, keys % VOCAB_SIZE ** 3, 3, 0.01)
     torch.testing.assert_close(p[~ctx_seen], lower[~ctx_seen])
@@ -91,8 +91,8 @@ def test_11_3_orders_score_the_same_targets():
     rows = torch.cat([windows[0][:, :1], windows[1]], dim=1)
     keys = torch.cat([_keys(r, 4) for r in rows])
     assert out["targets"] == keys.numel() == 3 * (41 - 3)
-    assert out["fourgram"] == pytest.approx(_ngram_score(train, keys, 4, 0.01))
-    assert out["trigram"] == pytest.approx(_ngram_score(train, keys % VOCAB_SIZE ** 3, 3, 0.01))
+    assert out["fourgram"] == pytest.approx(ngram_score(train, keys, 4, 0.01))
+    assert out["trigram"] == pytest.approx(ngram_score(train, keys % VOCAB_SIZE ** 3, 3, 0.01))
     assert 0 < out["unseen"] < 1
 
 

@@ -340,8 +340,8 @@ def test_compare_decodes_reports_agreement(dtype, tol):
 def test_compare_decodes_sees_a_broken_absorption():
     model = make()
     x = torch.randn(1, 6, model.cfg.d_model, dtype=torch.float64)
-    original = model._up_weights
-    model._up_weights = lambda: tuple(w * 1.1 for w in original())  # corrupt only the absorbed path
+    original = model.up_weights
+    model.up_weights = lambda: tuple(w * 1.1 for w in original())  # corrupt only the absorbed path
     assert compare_decodes(model, x)["naive_vs_absorbed"] > 1e-3
 
 

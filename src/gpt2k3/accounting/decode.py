@@ -26,7 +26,7 @@ from gpt2k3.accounting.memory import _kv_cache_bytes, _state_bytes
 from gpt2k3.accounting.params import _count_params
 from gpt2k3.accounting.spec import ArchSpec, check_spec
 from gpt2k3.accounting.units import STATE_DTYPE_BYTES
-from gpt2k3.checks import check_bytes, check_nonnegative_int, check_positive_int, is_int
+from gpt2k3.checks import check_bytes, check_nonnegative_int, check_positive_int, checked, is_int
 
 __all__ = ["expected_distinct_experts", "weights_read_per_step", "DecodeBytes", "decode_bytes",
            "decode_bytes_per_token", "weight_and_cache_bytes", "cache_bound_context"]
@@ -43,17 +43,18 @@ def expected_distinct_experts(n_experts: int, top_k: int, batch: int) -> float:
     return n_experts * (1.0 - (1.0 - top_k / n_experts) ** batch)
 
 
+def check_weights_read(spec: ArchSpec, batch: int = 1) -> None:
+    """:func:`weights_read_per_step`'s door: a valid spec and a positive ``batch``."""
+    check_spec(spec)
+    check_positive_int(batch, "batch")
+
+
+@checked(check_weights_read)
 def weights_read_per_step(spec: ArchSpec, batch: int = 1) -> float:
     """Parameters one decode step of ``batch`` sequences reads from memory: every parameter
     except the embedding tables (``batch`` rows of each are read; a tied head still reads the
     whole token table) and the routed experts no token picked (:func:`expected_distinct_experts`
     per MoE layer).  A float, because that expectation is not whole."""
-    check_spec(spec)
-    check_positive_int(batch, "batch")
-    return _weights_read_per_step(spec, batch)
-
-
-def _weights_read_per_step(spec: ArchSpec, batch: int) -> float:
     c = _count_params(spec)
     d = spec.d_model
     weights = (c.total - c.detail["token embeddings"] - c.detail["position embeddings"]
@@ -104,27 +105,28 @@ class DecodeBytes:
         return (self.cache + self.state) / self.batch
 
 
-def decode_bytes(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes: float = 2,
-                 cache_bytes: float = 2,
-                 state_dtype_bytes: float = STATE_DTYPE_BYTES) -> DecodeBytes:
-    """Bytes one decode step of ``batch`` sequences at ``context_len`` cached positions moves,
-    by part (see the module docstring): weights in ``weight_bytes`` per number, the KV cache in
-    ``cache_bytes``, the state in ``state_dtype_bytes`` (float32 by default)."""
+def check_decode_bytes(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes: float = 2,
+                       cache_bytes: float = 2, state_dtype_bytes: float = STATE_DTYPE_BYTES) -> None:
+    """:func:`decode_bytes`'s door: a valid spec, counts and byte sizes."""
     check_spec(spec)
     check_nonnegative_int(context_len, "context_len")
     check_positive_int(batch, "batch")
     check_bytes(weight_bytes, "weight_bytes")
     check_bytes(cache_bytes, "cache_bytes")
     check_bytes(state_dtype_bytes, "state_dtype_bytes")
-    return _decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes, state_dtype_bytes)
 
 
-def _decode_bytes(spec: ArchSpec, context_len: int, batch: int, weight_bytes: float,
-                  cache_bytes: float, state_dtype_bytes: float) -> DecodeBytes:
+@checked(check_decode_bytes)
+def decode_bytes(spec: ArchSpec, context_len: int, batch: int = 1, weight_bytes: float = 2,
+                 cache_bytes: float = 2,
+                 state_dtype_bytes: float = STATE_DTYPE_BYTES) -> DecodeBytes:
+    """Bytes one decode step of ``batch`` sequences at ``context_len`` cached positions moves,
+    by part (see the module docstring): weights in ``weight_bytes`` per number, the KV cache in
+    ``cache_bytes``, the state in ``state_dtype_bytes`` (float32 by default)."""
     experts = (expected_distinct_experts(spec.n_routed_experts, spec.top_k, batch)
                if spec.is_moe else 0.0)
     return DecodeBytes(batch=batch, context_len=context_len,
-                       weights=_weights_read_per_step(spec, batch) * weight_bytes,
+                       weights=weights_read_per_step(spec, batch) * weight_bytes,
                        cache=_kv_cache_bytes(spec, context_len, batch, cache_bytes),
                        state=2 * _state_bytes(spec, batch, state_dtype_bytes),  # read, written
                        experts_per_layer=experts)

@@ -161,7 +161,7 @@ def _vision(spec: ArchSpec) -> dict[str, int]:
     return spec.vision.params(spec.d_model) if spec.vision is not None else {}
 
 
-def _param_parts(spec: ArchSpec) -> tuple[dict[str, int], dict[str, int], int]:
+def param_parts(spec: ArchSpec) -> tuple[dict[str, int], dict[str, int], int]:
     """The core of :func:`count_params`: the parameters of ``spec`` by part
     (:data:`PART_COMPONENTS`), the active ones by part, and the matmul-active count."""
     d, V = spec.d_model, spec.vocab_size
@@ -209,7 +209,7 @@ def count_params(spec: ArchSpec) -> ParamCount:
     two norms; with Attention Residuals two more RMSNorm gains and two query vectors
     (``d`` each).  One final norm (plus, with Attention Residuals, the final read's norm and
     query vector); the head is free when tied to the token embedding.  A vision tower is
-    counted apart (:attr:`ParamCount.vision`).  :func:`_param_parts` is the count itself;
+    counted apart (:attr:`ParamCount.vision`).  :func:`param_parts` is the count itself;
     this entry checks ``spec`` and sums the parts into the coarser breakdowns.
     """
     check_spec(spec)
@@ -218,7 +218,7 @@ def count_params(spec: ArchSpec) -> ParamCount:
 
 def _count_params(spec: ArchSpec) -> ParamCount:
     """:func:`count_params` of an already-checked spec (the accounting modules' internal form)."""
-    parts, active_parts, matmul = _param_parts(spec)
+    parts, active_parts, matmul = param_parts(spec)
     detail, active_detail = dict.fromkeys(DETAIL_COMPONENTS, 0), dict.fromkeys(DETAIL_COMPONENTS, 0)
     for name in PART_COMPONENTS:
         detail[PART_OF_DETAIL[name]] += parts[name]

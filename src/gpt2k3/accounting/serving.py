@@ -26,11 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gpt2k3.accounting.decode import (
-    _decode_bytes,
-    _weights_read_per_step,
-    expected_distinct_experts,
-)
+from gpt2k3.accounting.decode import decode_bytes, expected_distinct_experts, weights_read_per_step
 from gpt2k3.accounting.experts import _busiest_experts
 from gpt2k3.accounting.flops import _flops_per_token
 from gpt2k3.accounting.hardware import H200, H200_BAND, Hardware
@@ -39,10 +35,12 @@ from gpt2k3.accounting.params import _count_params, packed_bytes_per_weight
 from gpt2k3.accounting.spec import ArchSpec, check_spec, full_attention
 from gpt2k3.accounting.units import DTYPE_BYTES, STATE_DTYPE_BYTES
 from gpt2k3.checks import (
+    check_bool,
     check_byte_sizes,
     check_bytes,
     check_nonnegative_int,
     check_positive_int,
+    checked,
     is_int,
 )
 
@@ -222,6 +220,22 @@ class Roofline:
         return self.flops_per_step / self.bytes_per_step
 
 
+def check_roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
+                   n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
+                   state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True,
+                   expert_bytes: float | None = None) -> None:
+    """:func:`roofline`'s door: a valid spec, counts, byte sizes, hardware and a bool."""
+    check_spec(spec)
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+                     state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
+    _hardware(hardware)
+    _n_devices(n_devices)
+    check_nonnegative_int(context_len, "context_len")
+    check_positive_int(batch, "batch")
+    check_bool(mla_absorbed, "mla_absorbed")
+
+
+@checked(check_roofline)
 def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardware = None,
              n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
              state_dtype_bytes: float = STATE_DTYPE_BYTES, mla_absorbed: bool = True,
@@ -242,22 +256,13 @@ def roofline(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Hardwar
     imperfect overlap are left out, so the prediction is a lower bound on the time.  With
     ``expert_bytes`` the routed experts a step reads take that many bytes per number.
     """
-    check_spec(spec)
-    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
-               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    hardware = _hardware(hardware)
-    _n_devices(n_devices)
-    check_nonnegative_int(context_len, "context_len")
-    check_positive_int(batch, "batch")
-    if not isinstance(mla_absorbed, bool):
-        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
-    return _roofline(spec, context_len, batch, hardware, n_devices, weight_bytes, cache_bytes,
-                     state_dtype_bytes, mla_absorbed, expert_bytes)
+    return _roofline(spec, context_len, batch, _hardware(hardware), n_devices, weight_bytes,
+                     cache_bytes, state_dtype_bytes, mla_absorbed, expert_bytes)
 
 
 def _roofline(spec, context_len, batch, hardware, n_devices, weight_bytes, cache_bytes,
               state_dtype_bytes, mla_absorbed, expert_bytes) -> Roofline:
-    moved = _decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes,
+    moved = decode_bytes(spec, context_len, batch, weight_bytes, cache_bytes,
                           state_dtype_bytes).total
     eb = _expert_bytes(weight_bytes, expert_bytes)
     if eb != weight_bytes:
@@ -313,6 +318,21 @@ def tpot_readings(spec: ArchSpec, context_len: int, batch: int = 1, hardware: Ha
             "tokens_per_s": batch / r.step_s}
 
 
+def check_hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardware = None,
+                          n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
+                          state_dtype_bytes: float = STATE_DTYPE_BYTES,
+                          expert_bytes: float | None = None) -> None:
+    """:func:`hybrid_speedups`' door: a valid spec, a positive context, byte sizes, hardware."""
+    check_spec(spec)
+    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
+                     state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
+    _hardware(hardware)
+    _n_devices(n_devices)
+    if not is_int(context_len) or context_len < 1:
+        raise ValueError(f"context_len must be a positive int, got {context_len!r}")
+
+
+@checked(check_hybrid_speedups)
 def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardware = None,
                     n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
                     state_dtype_bytes: float = STATE_DTYPE_BYTES,
@@ -340,16 +360,10 @@ def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardwa
     ``"ms"`` holds the predicted times (milliseconds) behind each ratio; ``"full"`` the
     all-attention spec.
     """
-    check_spec(spec)
-    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
-               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
     hardware = _hardware(hardware)
     full = full_attention(spec)
     kw = dict(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
               state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    _n_devices(n_devices)
-    if not is_int(context_len) or context_len < 1:
-        raise ValueError(f"context_len must be a positive int, got {context_len!r}")
     kv_h, kv_f = (_kv_cache_bytes(s, context_len, 1, cache_bytes) for s in (spec, full))
     mem_h, mem_f = (_memory_per_sequence(s, context_len, cache_bytes, state_dtype_bytes)
                     for s in (spec, full))
@@ -364,7 +378,7 @@ def hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: Hardwa
         b = min(batch.values())
         equal = {name: _roofline(s, context_len, b, **step).tpot_s for name, s in pair}
     # the hybrid with weights free: its cache and state traffic, or its FLOPs, per token
-    seq = {name: _decode_bytes(s, context_len, 1, weight_bytes, cache_bytes,
+    seq = {name: decode_bytes(s, context_len, 1, weight_bytes, cache_bytes,
                                state_dtype_bytes).per_sequence for name, s in pair}
     per_seq = seq["hybrid"] / (n_devices * hardware.bandwidth)
     floor = max(per_seq, _flops_per_token(spec, context_len, True)
@@ -549,7 +563,7 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     expert = spec.expert_params
     touched_all = (expected_distinct_experts(spec.n_routed_experts, spec.top_k, seqs)
                    if spec.is_moe else 0.0)
-    shared_read = _weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
+    shared_read = weights_read_per_step(spec, seqs) - spec.n_moe_layers * touched_all * expert
     busiest = _busiest_experts(spec.n_routed_experts, spec.top_k, batch, n) if spec.is_moe else 0.0
     experts_read = busiest * expert_layers
     parts = {"shared weights": shared_read * weight_bytes / tp, "routed experts": experts_read,

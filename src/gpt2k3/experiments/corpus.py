@@ -405,10 +405,10 @@ def ngram_bits(train: torch.Tensor, validation: torch.Tensor, order: int, alpha:
         if d.numel() < order:
             raise ValueError(f"{name} holds {d.numel()} bytes, fewer than order = {order}")
 
-    return _ngram_score(train, _keys(validation, order), order, alpha)
+    return ngram_score(train, _keys(validation, order), order, alpha)
 
 
-def _ngram_score(train: torch.Tensor, val: torch.Tensor, order: int, alpha: float) -> float:
+def ngram_score(train: torch.Tensor, val: torch.Tensor, order: int, alpha: float) -> float:
     """Mean bits of the ``order``-byte keys ``val`` under the add-``alpha`` table of ``train``:
     each byte costs ``-log2 (c(context, byte) + alpha) / (c(context) + 256 alpha)``, with ``c``
     counting the windows of ``order`` and ``order - 1`` bytes of ``train``."""
@@ -459,7 +459,7 @@ def ngram_window_bits(train: torch.Tensor, windows: tuple[torch.Tensor, torch.Te
     if rows.shape[1] < order:
         raise ValueError(f"windows of {x.shape[1]} targets are too short for order = {order}")
     keys = torch.cat([_keys(row, order) for row in rows])
-    return _ngram_score(train, keys, order, alpha)
+    return ngram_score(train, keys, order, alpha)
 
 
 @dataclass(frozen=True)

@@ -224,10 +224,10 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    (self._muon_step if group["muon"] else self._adamw_step)(p, group)
+                    (self.muon_step if group["muon"] else self.adamw_step)(p, group)
         return loss
 
-    def _muon_step(self, p: torch.Tensor, group: dict) -> None:
+    def muon_step(self, p: torch.Tensor, group: dict) -> None:
         state = self.state[p]
         if not state:
             state["momentum_buffer"] = torch.zeros_like(p)
@@ -237,7 +237,7 @@ class Muon(torch.optim.Optimizer):
         p.mul_(1 - group["lr"] * group["weight_decay"])  # decoupled, at the unscaled lr
         p.add_(O.to(p.dtype), alpha=-group["lr"] * rms_match((p.shape[0] // heads, p.shape[1])))
 
-    def _adamw_step(self, p: torch.Tensor, group: dict) -> None:
+    def adamw_step(self, p: torch.Tensor, group: dict) -> None:
         state = self.state[p]
         if not state:
             state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))

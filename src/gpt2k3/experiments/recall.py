@@ -298,7 +298,7 @@ def masked_loss(logits: torch.Tensor, batch: MQARBatch) -> torch.Tensor:
     return F.cross_entropy(logits[batch.mask], batch.targets[batch.mask])
 
 
-def _query_loss(net: GPT, batch: MQARBatch) -> torch.Tensor:
+def query_loss(net: GPT, batch: MQARBatch) -> torch.Tensor:
     """:func:`masked_loss` of ``net`` on ``batch`` without its checks: the training loop's loss,
     on batches :func:`gpt2k3.experiments.mqar.mqar` made, which always score their queries."""
     return F.cross_entropy(net(batch.inputs)[batch.mask], batch.targets[batch.mask])
@@ -358,7 +358,7 @@ def train(mixer: str, tasks=MQARConfig(), model: ModelConfig = ModelConfig(),
         losses, seconds = fit(
             net, config, lambda s: mqar(tasks[s % len(tasks)], config.batch_size,
                                         seed=seed * _STEPS_PER_SEED + s),
-            _query_loss, n_steps, evaluate=checkpoint, callback=callback,
+            query_loss, n_steps, evaluate=checkpoint, callback=callback,
             eval_at={s for s in config.checkpoint_steps() if s < n_steps} | {n_steps})
     history = [(s, {P: acc for P, (acc, _) in at.items()}) for s, at in scores.items()]
     eval_loss = {P: loss for P, (_, loss) in scores[n_steps].items()}

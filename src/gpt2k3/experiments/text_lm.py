@@ -272,7 +272,7 @@ def _check_sizes(mixer: str, sizes: Mapping | None) -> dict:
     return sizes
 
 
-def _build(mixer: str, model: TextModelConfig, sizes: dict) -> GPT:
+def assemble_model(mixer: str, model: TextModelConfig, sizes: dict) -> GPT:
     """``mixer``'s model with the widths ``sizes``, drawn from the global random state and not
     checked: the builder behind :func:`build_model` and :func:`matched_sizes`."""
     config = gpt_config(mixer, model)
@@ -318,11 +318,11 @@ def matched_sizes(mixer: str, model: TextModelConfig = TextModelConfig()) -> dic
     if mixer in LEARNED_POSITIONS:  # GPT-2 itself, however it starts
         _MATCHED[key] = {}
         return {}
-    target = _build(REFERENCE, model, {}).num_params()
+    target = assemble_model(REFERENCE, model, {}).num_params()
 
     def count(sizes):
         with torch.random.fork_rng(devices=[]):
-            return _build(mixer, model, sizes).num_params()
+            return assemble_model(mixer, model, sizes).num_params()
 
     d = model.d_model
     if mixer == "k3":
@@ -349,7 +349,7 @@ def build_model(mixer: str, model: TextModelConfig = TextModelConfig(), seed: in
     sizes = matched_sizes(mixer, model) if sizes is None else _check_sizes(mixer, sizes)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(check_int(seed, "seed", 0))
-        return _build(mixer, model, sizes)
+        return assemble_model(mixer, model, sizes)
 
 
 def param_counts(model: GPT) -> dict:

@@ -396,7 +396,7 @@ class MLA(nn.Module):
         x, start, squeeze = self._append(x_t, cache)
         c_kv, k_rope = cache.view()                                    # (B, S, r), (B, S, dr)
         q_nope, q_rope = self._queries(x, start)                       # (B, H, T, dn), (.., dr)
-        w_uk, w_uv = self._up_weights()                                # (H, dn, r), (H, dv, r)
+        w_uk, w_uv = self.up_weights()                                # (H, dn, r), (H, dv, r)
         q_lat = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)           # W_UK folded into the query
         scores = (torch.einsum("bhtr,bsr->bhts", q_lat, c_kv)
                   + torch.einsum("bhtd,bsd->bhts", q_rope, k_rope))
@@ -453,7 +453,7 @@ class MLA(nn.Module):
         )
         return self.kv_a_layernorm(c_kv), self.rope(k_rope, start)
 
-    def _up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def up_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``kv_b_proj``'s blocks ``W_UK`` ``(H, dn, r)`` and ``W_UV`` ``(H, dv, r)``."""
         cfg = self.cfg
         w = self.kv_b_proj.weight.view(cfg.n_heads, -1, cfg.kv_lora_rank)

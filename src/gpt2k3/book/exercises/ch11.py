@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from gpt2k3.experiments import corpus
-from gpt2k3.experiments.corpus import VOCAB_SIZE, _keys, _ngram_score
+from gpt2k3.experiments.corpus import VOCAB_SIZE, _keys, ngram_score
 from gpt2k3.experiments.text_lm import position_bits
 
 
@@ -62,7 +62,7 @@ def head_onset(plateau: dict, variant: str = "published_1200", factor: float = 2
 
 # ------------------------------------------------------------------- 11.3 change the code
 def ngram_probs_backoff(train: torch.Tensor, val: torch.Tensor, order: int, alpha: float) -> torch.Tensor:
-    """:func:`gpt2k3.experiments.corpus._ngram_score`, changed in two ways: it returns the
+    """:func:`gpt2k3.experiments.corpus.ngram_score`, changed in two ways: it returns the
     probability of every key rather than the mean bits, and where the table never counted a
     key's context it asks the table one byte shorter (recursively, down to byte frequencies)
     instead of spreading the probability evenly over all 256 bytes. Every context still gives
@@ -90,7 +90,7 @@ def ngram_probs_backoff(train: torch.Tensor, val: torch.Tensor, order: int, alph
 def ngram_orders(train: torch.Tensor, windows: tuple[torch.Tensor, torch.Tensor],
                  alpha: float = 0.01) -> dict:
     """Bits per byte of the add-``alpha`` tables of orders 3 and 4
-    (:func:`gpt2k3.experiments.corpus._ngram_score`) and of the order-4 table that backs off
+    (:func:`gpt2k3.experiments.corpus.ngram_score`) and of the order-4 table that backs off
     (:func:`ngram_probs_backoff`), all scored on the same targets: those of the evaluation
     ``windows`` (:func:`gpt2k3.experiments.corpus.eval_windows`, the bytes the models are scored
     on) that have three bytes of their window before them; and the share of those targets whose
@@ -99,8 +99,8 @@ def ngram_orders(train: torch.Tensor, windows: tuple[torch.Tensor, torch.Tensor]
     rows = torch.cat([x[:, :1], y], dim=1).long()
     keys4 = torch.cat([_keys(row, 4) for row in rows])  # context of three bytes, then the target
     seen = torch.bincount(_keys(train[:-1], 3), minlength=VOCAB_SIZE ** 3) > 0
-    return {"trigram": _ngram_score(train, keys4 % VOCAB_SIZE ** 3, 3, alpha),
-            "fourgram": _ngram_score(train, keys4, 4, alpha),
+    return {"trigram": ngram_score(train, keys4 % VOCAB_SIZE ** 3, 3, alpha),
+            "fourgram": ngram_score(train, keys4, 4, alpha),
             "fourgram_backoff": float(-torch.log2(ngram_probs_backoff(train, keys4, 4, alpha)).mean()),
             "unseen": float((~seen[keys4 // VOCAB_SIZE]).double().mean()),
             "targets": keys4.numel(), "alpha": alpha}
