@@ -2,6 +2,7 @@
 configuration come from one definition in :mod:`gpt2k3.accounting` / :mod:`gpt2k3.archs`."""
 
 import ast
+import inspect
 import math
 import subprocess
 import sys
@@ -206,3 +207,63 @@ def test_accounting_checks_a_spec_once_per_call(monkeypatch):
         calls.clear()
         call()
         assert len(calls) == 1
+
+
+# --------------------------------------------------------------------------- one check per call
+
+
+def test_a_door_inside_another_doors_call_runs_its_body_alone():
+    """gpt2k3.checks.checked: the outermost door checks; a door it reaches does not check again;
+    a door called on its own checks; the state is restored after an error."""
+    from gpt2k3 import checks
+    seen = []
+
+    def check_inner(x):
+        seen.append(("inner", x))
+        if x < 0:
+            raise ValueError(f"x must be >= 0, got {x}")
+
+    def check_outer(x):
+        seen.append(("outer", x))
+
+    @checks.checked(check_inner)
+    def inner(x):
+        return x + 1
+
+    @checks.checked(check_outer)
+    def outer(x):
+        return inner(x) * 2
+
+    assert outer(3) == 8 and seen == [("outer", 3)]
+    seen.clear()
+    assert outer(-5) == -8 and seen == [("outer", -5)]  # the outer door vouched for it
+    seen.clear()
+    with pytest.raises(ValueError, match="x must be >= 0"):
+        inner(-1)  # called on its own, the inner door checks
+    seen.clear()
+
+    @checks.checked(lambda x: (_ for _ in ()).throw(ValueError("bad x")))
+    def refusing(x):
+        return x
+
+    with pytest.raises(ValueError, match="bad x"):
+        refusing(1)
+    assert inner(2) == 3 and seen == [("inner", 2)]  # nothing left set by the refused call
+    assert inspect.unwrap(outer).__name__ == "outer" and not checks._INSIDE_DOOR.get()
+
+
+def test_generate_checks_the_ids_once_per_call(monkeypatch):
+    """One token check per call, whatever the number of steps: the model's forward and the
+    layers' doors run inside generate's (and a token check reads the ids back to the host)."""
+    import torch
+
+    from gpt2k3 import model as model_module
+    from gpt2k3.config import GPTConfig
+
+    calls = []
+    real = model_module.check_token_ids
+    monkeypatch.setattr(model_module, "check_token_ids",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    m = model_module.GPT(GPTConfig(block_size=32, vocab_size=50, n_layer=2, n_head=2, n_embd=16))
+    model_module.generate(m, torch.zeros(1, 3, dtype=torch.long), 6, temperature=0)
+    assert len(calls) == 1
