@@ -36,11 +36,22 @@ import torch.nn as nn
 
 from gpt2k3.accounting import mixer_state_numbers
 from gpt2k3.cache import StateCache
-from gpt2k3.checks import check_chunk_size, check_layer_input, check_positive_float, check_positive_int
+from gpt2k3.checks import (check_chunk_size, check_layer_input, check_positive_float,
+                           check_positive_int, checked)
 from gpt2k3.config import GPTConfig
 from gpt2k3.ops import linear as _linear
 
 __all__ = ["LinearAttention", "decode_token_by_token", "state_nbytes"]
+
+
+def check_linear_layer_call(layer, x, cache=None) -> None:
+    """The door of :meth:`LinearAttention.forward`: ``x`` ``(B, T, n_embd)`` in the weights'
+    dtype, ``cache`` ``None`` or a :class:`StateCache` (shapes and types only: no host sync)."""
+    check_layer_input(x, "x", layer.n_embd, next(layer.parameters()).dtype,
+                      shape=f"(B, T, n_embd={layer.n_embd})", finite=False)
+    if cache is not None and not isinstance(cache, layer.cache_types):
+        raise ValueError(f"cache must be a StateCache (from new_cache), got {type(cache).__name__}"
+                         " -- a KVCache is for softmax attention")
 
 
 class LinearAttention(nn.Module):
@@ -55,6 +66,8 @@ class LinearAttention(nn.Module):
     :class:`~gpt2k3.cache.StateCache` it continues from ``cache.state`` and stores the new
     state with ``cache.extend(state, T)``.
     """
+
+    cache_types = (StateCache,)  #: the layer caches it accepts
 
     def __init__(self, config: GPTConfig, chunk_size: int = 64, eps: float = _linear.EPS):
         super().__init__()
@@ -74,12 +87,8 @@ class LinearAttention(nn.Module):
         first tokens it sees."""
         return StateCache(batch, max_len)
 
+    @checked(check_linear_layer_call)
     def forward(self, x: torch.Tensor, cache: StateCache | None = None) -> torch.Tensor:
-        check_layer_input(x, "x", self.n_embd, next(self.parameters()).dtype,
-                          shape=f"(B, T, n_embd={self.n_embd})", finite=False)  # no host sync
-        if cache is not None and not isinstance(cache, StateCache):
-            raise ValueError(f"cache must be a StateCache (from new_cache), got {type(cache).__name__}"
-                             " -- a KVCache is for softmax attention")
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         # (B, T, C) -> (B, H, T, D): heads become a batch dimension, as in GPT-2

@@ -306,6 +306,35 @@ class LatentCache(LayerCache):
         return self.c_kv[:, :self.length], self.k_rope[:, :self.length]
 
 
+def _check_mla(mla, x, cache, name: str, need_cache: bool) -> None:
+    """``x`` ``(B, T, d_model)`` -- or one token ``(B, d_model)`` beside a cache -- in the weights'
+    dtype; ``cache`` a :class:`LatentCache` made for this batch (``None`` unless ``need_cache``).
+    Shapes and types only, so no host sync."""
+    if (cache is not None or need_cache) and not isinstance(cache, LatentCache):
+        raise ValueError(f"cache must be a LatentCache (from new_cache), got {type(cache).__name__}")
+    block = x[:, None] if cache is not None and isinstance(x, torch.Tensor) and x.dim() == 2 else x
+    check_layer_input(block, name, mla.cfg.d_model, mla.kv_a_proj_with_mqa.weight.dtype,
+                      shape=f"(B, T, d_model={mla.cfg.d_model})", finite=False)
+    if cache is not None and cache.batch_size != block.shape[0]:
+        raise ValueError(f"cache batch size {cache.batch_size} does not match x batch size "
+                         f"{block.shape[0]}")
+
+
+def check_mla_forward(mla, x, cache=None) -> None:
+    """The door of :meth:`MLA.forward`: :func:`_check_mla`, the cache optional."""
+    _check_mla(mla, x, cache, "x", need_cache=False)
+
+
+def check_mla_prefill(mla, x, cache) -> None:
+    """The door of :meth:`MLA.prefill`: :func:`_check_mla` with a cache."""
+    _check_mla(mla, x, cache, "x", need_cache=True)
+
+
+def check_mla_step(mla, x_t, cache) -> None:
+    """The door of :meth:`MLA.extend` and :meth:`MLA.decode_absorbed`: :func:`_check_mla`."""
+    _check_mla(mla, x_t, cache, "x_t", need_cache=True)
+
+
 class MLA(nn.Module):
     """One multi-head latent attention layer; inputs and outputs are ``(B, T, d_model)``.
 
@@ -342,13 +371,13 @@ class MLA(nn.Module):
         self.g_proj = nn.Linear(d, h * cfg.v_head_dim, bias=False) if cfg.output_gate else None
 
     # ------------------------------------------------------------------ public forms
+    @checked(check_mla_forward)
     def forward(self, x: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
         """Without a cache, the training form: causal attention over ``x`` ``(B, T, d_model)`` at
         positions ``0..T-1``. With this layer's :class:`LatentCache` (:meth:`new_cache`), ``x``
         continues the cached sequence: its latents are appended and it attends to all of them
         -- so :class:`gpt2k3.model.GPT` can hold MLA as a token mixer."""
         if cache is None:
-            self._check_x(x)
             return self._attend_expanded(x, *self._latents(x, 0), q_start=0)
         one_token = isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[1] == 1
         return (self.decode_absorbed if self.absorb and one_token else self.extend)(x, cache)
@@ -366,15 +395,16 @@ class MLA(nn.Module):
             device=w.device if device is None else device,
         )
 
+    @checked(check_mla_prefill)
     def prefill(self, x: torch.Tensor, cache: LatentCache) -> torch.Tensor:
         """Append the latents of ``x`` ``(B, T, d_model)`` to ``cache`` and return the outputs.
 
         On an empty cache the result equals ``forward(x)``; on a non-empty one ``x`` continues the
         cached sequence (chunked prefill).
         """
-        self._check_x(x)
         return self.extend(x, cache)
 
+    @checked(check_mla_step)
     def extend(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
         """The expanded form over a cache: append the latents of ``x_t``, decompress K and V for
         every cached position, attend. A prefill, a chunk of one, or a decode step.
@@ -389,6 +419,7 @@ class MLA(nn.Module):
     #: the old name of :meth:`extend` (it was never only a decode step)
     decode_naive = extend
 
+    @checked(check_mla_step)
     def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
         """:meth:`extend` with the up-projections absorbed (same inputs, outputs and cache
         update): attention runs in the latent space, ``O(H S (kv_lora_rank + qk_rope_head_dim))``
@@ -407,22 +438,11 @@ class MLA(nn.Module):
         return out[:, 0] if squeeze else out
 
     # ------------------------------------------------------------------ building blocks
-    def _check_x(self, x: torch.Tensor, name: str = "x") -> None:
-        check_layer_input(x, name, self.cfg.d_model, self.kv_a_proj_with_mqa.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})", finite=False)
-
     def _append(self, x_t: torch.Tensor, cache: LatentCache) -> tuple[torch.Tensor, int, bool]:
-        """Both decode forms' front door: check one token ``(B, d_model)`` or a block ``(B, T,
-        d_model)``, append its latents; return the block, its first position, whether one token."""
-        squeeze = isinstance(x_t, torch.Tensor) and x_t.dim() == 2
+        """Append the latents of one token ``(B, d_model)`` or a block ``(B, T, d_model)``; return
+        the block, its first position, and whether it was one token."""
+        squeeze = x_t.dim() == 2
         x = x_t[:, None] if squeeze else x_t
-        self._check_x(x, "x_t")
-        if not isinstance(cache, LatentCache):
-            raise ValueError(f"cache must be a LatentCache (from new_cache), got "
-                             f"{type(cache).__name__}")
-        if cache.batch_size != x.shape[0]:
-            raise ValueError(f"cache batch size {cache.batch_size} does not match x batch size "
-                             f"{x.shape[0]}")
         start = cache.length
         cache.extend(*self._latents(x, start))            # refuses, unwritten, when it is full
         return x, start, squeeze
@@ -506,7 +526,7 @@ def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str
     :meth:`MLA.forward` on the whole sequence), plus ``"scale"``, the largest absolute output,
     to judge them by.
     """
-    model._check_x(x)
+    check_mla_forward(model, x)
     t = x.shape[1]
     if isinstance(n_prefill, bool) or not isinstance(n_prefill, int) or not 1 <= n_prefill < t:
         raise ValueError(f"n_prefill must be an int in [1, T={t}), got {n_prefill!r}")

@@ -157,6 +157,23 @@ class MoEConfig:
         return cls(**{**sizes, **overrides})
 
 
+def check_router_input(router, x) -> None:
+    """The door of :meth:`Router.forward`: tokens ``x`` ``(N, d_model)`` in the router's dtype
+    (shapes and types only, so no host sync)."""
+    check_layer_input(x, "x", router.cfg.d_model, router.weight.dtype, ndim=2,
+                      shape=f"(N, d_model={router.cfg.d_model})", finite=False)
+
+
+def check_update_bias(router, load, step=1e-3) -> None:
+    """The door of :meth:`Router.update_bias`: ``load`` ``(n_routed_experts,)``, ``step`` a finite
+    number ``> 0``."""
+    n = router.cfg.n_routed_experts
+    if not isinstance(load, torch.Tensor) or tuple(load.shape) != (n,):
+        raise ValueError(f"load must be a tensor of shape (n_routed_experts={n},), got "
+                         f"{getattr(load, 'shape', type(load).__name__)}")
+    check_finite_number(step, "step", 1)
+
+
 class Router(nn.Module):
     """Linear gate without bias plus top-k selection (see the module docstring for the rule).
 
@@ -176,10 +193,9 @@ class Router(nn.Module):
         logits = F.linear(x, self.weight)
         return logits.softmax(dim=-1) if self.cfg.score_func == "softmax" else logits.sigmoid()
 
+    @checked(check_router_input)
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Route tokens ``x`` ``(N, d_model)``; return ``weights`` and ``indices``, both ``(N, top_k)``."""
-        check_layer_input(x, "x", self.cfg.d_model, self.weight.dtype, ndim=2,
-                          shape=f"(N, d_model={self.cfg.d_model})", finite=False)
         cfg = self.cfg
         s = self.scores(x)
         choice = s + self.e_score_correction_bias.to(s.dtype) if cfg.score_func == "sigmoid" else s
@@ -205,6 +221,7 @@ class Router(nn.Module):
                           device=weights.device)
         return out.scatter_(1, indices, weights)
 
+    @checked(check_update_bias)
     @torch.no_grad()
     def update_bias(self, load: torch.Tensor, step: float = 1e-3) -> None:
         """DeepSeek-V3's auxiliary-loss-free balancing step: ``b_e += step * sign(mean load - load_e)``.
@@ -214,11 +231,6 @@ class Router(nn.Module):
         finite number ``> 0`` (a NaN step would turn every bias into NaN, and the bias is saved
         with the model). :func:`quantile_bias` is Kimi K3's replacement for this rule.
         """
-        n = self.cfg.n_routed_experts
-        if not isinstance(load, torch.Tensor) or tuple(load.shape) != (n,):
-            raise ValueError(f"load must be a tensor of shape (n_routed_experts={n},), got "
-                             f"{getattr(load, 'shape', type(load).__name__)}")
-        check_finite_number(step, "step", 1)
         load = load.to(self.e_score_correction_bias.dtype)
         self.e_score_correction_bias += step * torch.sign(load.mean() - load)
 
@@ -341,6 +353,13 @@ def dispatch_dense(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor
     return out
 
 
+def check_moe_input(layer, x) -> None:
+    """The door of an MoE layer's forms (:class:`MoE`, :class:`LatentMoE`): ``x`` ``(B, T,
+    d_model)`` in the router's dtype. Shapes and types only, so no host sync."""
+    check_layer_input(x, "x", layer.cfg.d_model, layer.gate.weight.dtype,
+                      shape=f"(B, T, d_model={layer.cfg.d_model})", finite=False)
+
+
 class MoE(nn.Module):
     """Routed SwiGLU experts plus always-on shared experts; ``(B, T, d_model) -> (B, T, d_model)``.
 
@@ -359,19 +378,15 @@ class MoE(nn.Module):
                                if cfg.n_shared_experts else None)
         self.last_load: torch.Tensor | None = None  # tokens per expert in the latest forward
 
-    def _check_x(self, x: torch.Tensor) -> None:
-        check_layer_input(x, "x", self.cfg.d_model, self.gate.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})", finite=False)
-
     def _load(self, indices: torch.Tensor) -> torch.Tensor:
         return torch.bincount(indices.flatten(), minlength=self.cfg.n_routed_experts)
 
+    @checked(check_moe_input)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Fast form: one batched call per expert over the tokens routed to it.
 
         Sets ``self.last_load`` to the tokens-per-expert counts ``(n_routed_experts,)``.
         """
-        self._check_x(x)
         flat = x.reshape(-1, x.shape[-1])
         weights, indices = self.gate(flat)                                 # (N, k), (N, k)
         out = dispatch(flat, weights, indices, self.experts)
@@ -380,9 +395,9 @@ class MoE(nn.Module):
         self.last_load = self._load(indices)
         return out.view_as(x)
 
+    @checked(check_moe_input)
     def forward_loop_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The definition, one token at a time: ``y = shared(x) + sum_j w_j expert_{i_j}(x)``."""
-        self._check_x(x)
         flat = x.reshape(-1, x.shape[-1])
         rows = []
         for n in range(flat.shape[0]):
@@ -394,13 +409,13 @@ class MoE(nn.Module):
             rows.append(y)
         return torch.cat(rows).view_as(x)
 
+    @checked(check_moe_input)
     @torch.no_grad()
     def load_stats(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens routed to each expert for ``x`` ``(B, T, d_model)``.
 
         Returns ``(n_routed_experts,)`` integer counts that sum to ``B * T * top_k``.
         """
-        self._check_x(x)
         _, indices = self.gate(x.reshape(-1, x.shape[-1]))
         return self._load(indices)
 
@@ -492,10 +507,6 @@ class LatentMoE(nn.Module):
         self.shared_experts = (SituGLU(cfg.d_model, cfg.n_shared_experts * cfg.d_expert, **act)
                                if cfg.n_shared_experts else None)
 
-    def _check_x(self, x) -> None:
-        check_layer_input(x, "x", self.cfg.d_model, self.gate.weight.dtype,
-                          shape=f"(B, T, d_model={self.cfg.d_model})", finite=False)
-
     def down(self, flat: torch.Tensor) -> torch.Tensor:
         """``x W_down``: what the routed experts read, ``(N, latent_dim)`` -- not normalised."""
         return self.routed_expert_down_proj(flat)
@@ -505,9 +516,9 @@ class LatentMoE(nn.Module):
         normalised in latent space (when ``latent_norm``), projected back to ``d_model``."""
         return self.routed_expert_up_proj(self.routed_expert_norm(routed_sum))
 
+    @checked(check_moe_input)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Batched form: each expert runs once on all the tokens routed to it (in latent space)."""
-        self._check_x(x)
         flat = x.reshape(-1, x.shape[-1])                                   # (N, d_model)
         weights, indices = self.gate(flat)                                  # (N, k), (N, k)
         routed = dispatch(self.down(flat), weights, indices, self.experts)  # in latent space
@@ -516,10 +527,10 @@ class LatentMoE(nn.Module):
             out = out + self.shared_experts(flat)
         return out.view_as(x)
 
+    @checked(check_moe_input)
     def forward_loop_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The definition, one token and one expert at a time:
         ``shared(x) + W_up RMSNorm(sum_j w_j expert_{i_j}(x W_down))``."""
-        self._check_x(x)
         flat = x.reshape(-1, x.shape[-1])
         rows = []
         for n in range(flat.shape[0]):

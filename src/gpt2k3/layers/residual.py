@@ -10,7 +10,8 @@ import torch.nn as nn
 from gpt2k3.archs import K3_RMS_NORM_EPS
 from gpt2k3.checks import check_finite_number, check_int
 from gpt2k3.layers.norms import RMSNorm
-from gpt2k3.ops.depth import _check_sources, depth_mix
+from gpt2k3.checks import checked
+from gpt2k3.ops.depth import check_sources, depth_mix
 
 
 class DepthMix(nn.Module):
@@ -31,11 +32,17 @@ class DepthMix(nn.Module):
     @torch.no_grad()
     def weights(self, sources) -> torch.Tensor:
         """The softmax weights over the sources, ``(R, ...)`` (for figures)."""
-        _check_sources(sources)
+        check_sources(sources)
         rows = torch.stack(list(sources))
         normed = self.norm(rows)
         return (normed @ self.query).softmax(dim=0)
 
+
+
+def check_attn_residual(residual, blocks, x, caches) -> None:
+    """The door of :meth:`AttnResidual.forward`: one block per layer of the residual."""
+    if len(blocks) != len(residual.attn_mix):
+        raise ValueError(f"blocks must hold {len(residual.attn_mix)} blocks, got {len(blocks)}")
 
 
 class AttnResidual(nn.Module):
@@ -62,9 +69,8 @@ class AttnResidual(nn.Module):
         self.mlp_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
         self.final = DepthMix(d_model, eps)
 
+    @checked(check_attn_residual)
     def forward(self, blocks, x: torch.Tensor, caches) -> torch.Tensor:
-        if len(blocks) != len(self.attn_mix):
-            raise ValueError(f"blocks must hold {len(self.attn_mix)} blocks, got {len(blocks)}")
         bank, partial = [], None
         for i, (block, cache) in enumerate(zip(blocks, caches)):
             if i % self.block_size == 0:                   # a block closes: snapshot it

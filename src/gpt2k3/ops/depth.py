@@ -8,16 +8,25 @@ from __future__ import annotations
 import torch
 
 from gpt2k3.archs import K3_RMS_NORM_EPS
+from gpt2k3.checks import checked
 
 
 # ======================================================================= 5. Attention Residuals
-def _check_sources(sources, name: str = "sources"):
+def check_sources(sources, name: str = "sources") -> None:
+    """A non-empty list of tensors of one shape ``(..., d)``."""
     if isinstance(sources, torch.Tensor) or not isinstance(sources, (list, tuple)) or not sources \
             or any(not isinstance(s, torch.Tensor) or s.shape != sources[0].shape for s in sources):
         raise ValueError(f"{name} must be a non-empty list of tensors of one shape (..., d)")
 
 
+def check_depth_mix(sources, query, norm_weight, eps=K3_RMS_NORM_EPS) -> None:
+    """The door of the depth mixes: the sources (:func:`check_sources`); the layer's own
+    ``query`` and ``norm_weight`` are its parameters."""
+    check_sources(sources)
 
+
+
+@checked(check_depth_mix)
 def depth_mix_reference(sources, query: torch.Tensor, norm_weight: torch.Tensor,
                         eps: float = K3_RMS_NORM_EPS) -> torch.Tensor:
     """Attention Residuals, the definition: one source at a time.
@@ -29,7 +38,6 @@ def depth_mix_reference(sources, query: torch.Tensor, norm_weight: torch.Tensor,
     ``srt/layers/attn_residual.py``, ``aggregate_stream_torch``: ``score_norm``, then
     ``score_proj``, a ``d -> 1`` linear map whose weight is ``query``.)
     """
-    _check_sources(sources)
     scores = []
     for s in sources:
         normed = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
@@ -46,12 +54,12 @@ def depth_mix_reference(sources, query: torch.Tensor, norm_weight: torch.Tensor,
 
 
 
+@checked(check_depth_mix)
 def depth_mix(sources, query: torch.Tensor, norm_weight: torch.Tensor,
               eps: float = K3_RMS_NORM_EPS) -> torch.Tensor:
     """:func:`depth_mix_reference` in one stacked computation (the form the model uses):
     sources stacked ``(R, ..., d)``, scores ``(R, ...)``, softmax over ``R`` in float32 or
     wider."""
-    _check_sources(sources)
     rows = torch.stack(list(sources))
     normed = rows * torch.rsqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * norm_weight
     scores = normed @ query

@@ -72,13 +72,18 @@ __all__ = ["EPS", "elu1", "parallel", "recurrent", "chunkwise", "decode_step"]
 EPS = 1e-6
 
 
+def check_elu1(x) -> None:
+    """:func:`elu1`'s door: a floating tensor."""
+    check_float_tensor(x, "x")
+
+
+@checked(check_elu1)
 def elu1(x: torch.Tensor) -> torch.Tensor:
     """The feature map ``elu(x) + 1``: ``x + 1`` for ``x > 0`` and ``exp(x)`` otherwise.
 
     Positive in exact arithmetic; in floating point it rounds to 0 for very negative ``x``
     (below roughly -17 in float32), which is what the denominator's ``eps`` guards against.
     """
-    check_float_tensor(x, "x")
     return F.elu(x) + 1.0
 
 

@@ -18,8 +18,9 @@ import math
 import torch
 
 from gpt2k3.book import figures
-from gpt2k3.checks import check_float_tensor
+from gpt2k3.checks import checked
 from gpt2k3.ops import linear
+from gpt2k3.ops.linear import check_elu1
 
 __all__ = ["KATHAROPOULOS_2020", "growth_exponent", "speedup_growth", "kv_step_jump", "elu1_limit_weights",
            "relu_features", "relu_forms"]
@@ -90,10 +91,10 @@ def elu1_limit_weights(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return A / A.sum(-1, keepdim=True).clamp(min=torch.finfo(A.dtype).tiny)
 
 
+@checked(check_elu1)
 def relu_features(x: torch.Tensor) -> torch.Tensor:
     """Exercise 3.3: the feature map ReLU in place of :func:`gpt2k3.ops.linear.elu1`:
     non-negative like it, but exactly zero on every negative entry."""
-    check_float_tensor(x, "x")
     return torch.relu(x)
 
 

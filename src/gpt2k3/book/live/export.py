@@ -144,8 +144,8 @@ def _flatten(layers) -> list[torch.Tensor]:
 def _traceable():
     """What export needs to trace a decode step, and nothing else changed:
 
-    * a check that reads a value (MLA's input check asks whether every entry is finite, a host
-      sync) cannot be traced, so it is skipped while the graph is recorded; shape checks run;
+    * a check that reads a value (``check_finite``, a host sync) cannot be traced, so it is
+      skipped while the graph is recorded; shape checks run;
     * the delta layers run the body of their ops' chunkwise form, which solves a triangular
       system ONNX has no operator for; one token needs no chunk, so while the graph is recorded
       their ``chunkwise`` is the same op's token-by-token form (``recurrent``: the definition,
