@@ -322,13 +322,10 @@ def check_hybrid_speedups(spec: ArchSpec, context_len: int = 1 << 20, hardware: 
                           n_devices: int = 1, weight_bytes: float = 2, cache_bytes: float = 2,
                           state_dtype_bytes: float = STATE_DTYPE_BYTES,
                           expert_bytes: float | None = None) -> None:
-    """:func:`hybrid_speedups`' door: a valid spec, a positive context, byte sizes, hardware."""
-    check_spec(spec)
-    check_byte_sizes(weight_bytes=weight_bytes, cache_bytes=cache_bytes,
-                     state_dtype_bytes=state_dtype_bytes, expert_bytes=expert_bytes)
-    _hardware(hardware)
-    _n_devices(n_devices)
-    if not is_int(context_len) or context_len < 1:
+    """:func:`hybrid_speedups`' door: :func:`check_roofline`'s, with at least one token of context."""
+    check_roofline(spec, context_len, 1, hardware, n_devices, weight_bytes, cache_bytes,
+                   state_dtype_bytes, True, expert_bytes)
+    if context_len < 1:
         raise ValueError(f"context_len must be a positive int, got {context_len!r}")
 
 
