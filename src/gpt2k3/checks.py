@@ -59,12 +59,10 @@ __all__ = [
     "check_choice",
     "check_instance",
     "check_per_token",
-    "check_gate",
     "check_state",
     "check_state_shape",
     "check_write_strength",
     "check_delta_rule",
-    "check_gated_delta_rule",
     "log_decay_inputs",
     "check_log_decay",
     "check_gdn_gate",
@@ -377,29 +375,6 @@ def check_per_token(value, name: str, B: int, H: int, T: int) -> torch.Tensor:
     return check_finite(value, name)
 
 
-def check_gate(value, name: str, B: int, H: int, T: int, Dk: int) -> torch.Tensor:
-    """Check a log-space decay gate ``g = log(alpha)``.
-
-    Accepted shapes: ``(B, H, T)`` (one scalar per head and token, Gated DeltaNet) or
-    ``(B, H, T, Dk)`` (one value per key channel, Kimi Delta Attention). Values must be
-    ``<= 0`` (a decay factor ``alpha = exp(g)`` in ``[0, 1]``); ``-inf`` is allowed and means
-    "forget everything". NaN is rejected.
-    """
-    check_float_tensor(value, name)
-    if tuple(value.shape) not in ((B, H, T), (B, H, T, Dk)):
-        raise ValueError(
-            f"{name} must have shape (B, H, T) = {_fmt((B, H, T))} or "
-            f"(B, H, T, Dk) = {_fmt((B, H, T, Dk))}; got {_fmt(value.shape)}"
-        )
-    if not bool((value <= 0).all()):
-        worst = value.detach().double().nan_to_num(nan=math.inf, posinf=math.inf).max().item()
-        raise ValueError(
-            f"{name} must be <= 0 everywhere (a decay alpha = exp({name}) in [0, 1]) and "
-            f"not NaN; got a maximum of {worst:g}"
-        )
-    return value
-
-
 def check_state(value, name: str, shape: tuple[int, ...], names: str) -> torch.Tensor:
     """Require a finite floating state of exactly ``shape``; ``names`` spells it, e.g.
     ``"(B, H, Dk, Dv)"``."""
@@ -453,17 +428,6 @@ def check_delta_rule(q, k, v, beta, initial_state=None) -> tuple[int, int, int, 
     (B, H, Dk, Dv)``; every tensor floating and finite. Returns ``(B, H, T, Dk, Dv)``."""
     B, H, T, Dk, Dv = check_qkv(q, k, v)
     check_per_token(beta, "beta", B, H, T)
-    if initial_state is not None:
-        check_state(initial_state, "initial_state", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
-    check_write_strength(beta, k)
-    return B, H, T, Dk, Dv
-
-
-def check_gated_delta_rule(q, k, v, beta, g, initial_state=None) -> tuple[int, int, int, int, int]:
-    """As :func:`check_delta_rule`, plus the log decay ``g`` (see :func:`check_gate`)."""
-    B, H, T, Dk, Dv = check_qkv(q, k, v)
-    check_per_token(beta, "beta", B, H, T)
-    check_gate(g, "g", B, H, T, Dk)
     if initial_state is not None:
         check_state(initial_state, "initial_state", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
     check_write_strength(beta, k)
