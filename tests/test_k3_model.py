@@ -544,3 +544,16 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
         model(torch.zeros(1, 1, dtype=torch.long), cache=GPT(CFG).new_cache())  # GPT-2's cache
     with pytest.raises(ValueError, match="max_len must be at most block_size"):
         model.new_cache(1, CFG.block_size + 1)
+
+
+
+def test_the_models_door_checks_every_layer_caches_kind():
+    """Inside the model's door the layers do not check again, so the model checks that each
+    layer cache is one its token mixer accepts -- the MLA layer's too (block 4 of 5)."""
+    torch.manual_seed(0)
+    model = tiny_k3(CFG).eval()
+    cache = model.new_cache(1)
+    layers = list(cache.layers)
+    layers[4] = StateCache(1, CFG.block_size)  # a KDA layer's kind of cache where MLA sits
+    with torch.no_grad(), pytest.raises(ValueError, match=r"LatentCache for block 4 \(MLA"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=ModelCache(layers))

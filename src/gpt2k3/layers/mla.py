@@ -310,7 +310,7 @@ def _check_mla(mla, x, cache, name: str, need_cache: bool) -> None:
     """``x`` ``(B, T, d_model)`` -- or one token ``(B, d_model)`` beside a cache -- in the weights'
     dtype; ``cache`` a :class:`LatentCache` made for this batch (``None`` unless ``need_cache``).
     Shapes and types only, so no host sync."""
-    if (cache is not None or need_cache) and not isinstance(cache, LatentCache):
+    if (cache is not None or need_cache) and not isinstance(cache, mla.cache_types):
         raise ValueError(f"cache must be a LatentCache (from new_cache), got {type(cache).__name__}")
     block = x[:, None] if cache is not None and isinstance(x, torch.Tensor) and x.dim() == 2 else x
     check_layer_input(block, name, mla.cfg.d_model, mla.kv_a_proj_with_mqa.weight.dtype,
@@ -350,6 +350,7 @@ class MLA(nn.Module):
     #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
     #: several tokens, and every step when False, use the expanded form (:meth:`extend`)
     absorb: bool = True
+    cache_types = (LatentCache,)  #: the layer caches it accepts
 
     def __init__(self, cfg: MLAConfig) -> None:
         if not isinstance(cfg, MLAConfig):
