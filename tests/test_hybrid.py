@@ -151,7 +151,7 @@ def test_cache_errors_and_reset():
     # attention layer a state (the old HybridCache refused the wrong layer index)
     kda, attn = model.transformer.h[0].attn, model.transformer.h[2].attn
     x = torch.zeros(1, 1, CFG.n_embd)
-    with pytest.raises(ValueError, match="a KVCache is for softmax attention"):
+    with pytest.raises(ValueError, match=r"cache must be a StateCache \(from new_cache\), got KVCache"):
         kda(x, cache=cache[2])
     with pytest.raises(ValueError):  # the state cache refuses the attention layer's write
         attn(x, cache=cache[0])

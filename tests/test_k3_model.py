@@ -540,7 +540,7 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
         model.transformer.h[4].attn(x, cache=cache[0])
     with pytest.raises(ValueError, match="cache must be a StateCache"):
         model.transformer.h[0].attn(x, cache=cache[4])
-    with pytest.raises(ValueError, match=r"cache must hold a StateCache for block 0 .*got KVCache"):
+    with pytest.raises(ValueError, match=r"cache must be a StateCache for block 0 .*got KVCache"):
         model(torch.zeros(1, 1, dtype=torch.long), cache=GPT(CFG).new_cache())  # GPT-2's cache
     with pytest.raises(ValueError, match="max_len must be at most block_size"):
         model.new_cache(1, CFG.block_size + 1)

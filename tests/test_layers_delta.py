@@ -309,7 +309,7 @@ def test_bad_config_and_inputs():
         layer(torch.zeros(2, 3, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="x must have shape"):
         layer(torch.zeros(3, 16, dtype=torch.float64))
-    with pytest.raises(ValueError, match="a KVCache is for softmax attention"):
+    with pytest.raises(ValueError, match=r"cache must be a StateCache \(from new_cache\), got KVCache"):
         layer(x_of(), cache=KVCache(2, 2, 8, 8))
     cache = StateCache()
     cache.extend(torch.zeros(2, 2, 8, 8), 1)  # a bare matrix, not a DeltaState

@@ -179,7 +179,7 @@ def test_bad_forward_input(model):
     layer = model.transformer.h[0].attn
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, n_embd=32\)"):
         layer(torch.zeros(1, 3, 16, dtype=torch.float64))
-    with pytest.raises(ValueError, match="cache must hold a StateCache for block 0"):
+    with pytest.raises(ValueError, match="cache must be a StateCache for block 0"):
         model(tokens(1, 3), cache=GPT(TINY).new_cache(1))  # GPT-2's KV caches
     with pytest.raises(ValueError, match="config must be a GPTConfig"):
         LinearAttention({"n_embd": 32})

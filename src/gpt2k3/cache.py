@@ -201,6 +201,16 @@ class ModelCache:
             c.reset()
 
 
+def check_layer_cache(layer: Any, cache: Any, where: str = "") -> None:
+    """``cache`` ``None`` or a layer cache of a kind ``layer`` accepts (its ``cache_types``: a
+    ``KVCache`` for softmax attention, a ``StateCache`` for the recurrent mixers, a
+    ``LatentCache`` for MLA); ``where`` names the layer in a model's message."""
+    kinds = getattr(layer, "cache_types", None)
+    if cache is not None and kinds is not None and not isinstance(cache, kinds):
+        raise ValueError(f"cache must be a {' or '.join(k.__name__ for k in kinds)}{where} "
+                         f"(from new_cache), got {type(cache).__name__}")
+
+
 def check_cache(cache: Any, n_layer: int) -> ModelCache | None:
     """``None`` or a :class:`ModelCache` of ``n_layer`` layers (``ValueError`` otherwise)."""
     if cache is None:

@@ -540,8 +540,7 @@ def check_delta_rule_call(q, k, v, beta, g=None, *, initial_state=None, chunk_si
             raise ValueError(f"{name} must be a floating tensor of shape {want}, got {_what(x)}")
     if not q.dtype == k.dtype == v.dtype:
         raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    check_chunk_size(chunk_size)
 
 
 def check_gated_delta_rule_call(q, k, v, beta, g, *, initial_state=None, chunk_size=64) -> None:

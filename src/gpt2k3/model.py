@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt2k3.cache import ModelCache, check_cache
+from gpt2k3.cache import ModelCache, check_cache, check_layer_cache
 from gpt2k3.checks import (check_bool, check_float_tensor, check_int, check_positive_int,
                            check_sampling, check_token_ids, checked)
 from gpt2k3.config import GPTConfig
@@ -62,10 +62,7 @@ def check_cache_kinds(model, cache) -> None:
     """Each block's layer cache is of a kind its token mixer accepts (``mixer.cache_types``): a
     layer inside the model's door is not checked again."""
     for i, (block, c) in enumerate(zip(model.transformer.h, cache.layers)):
-        kinds = getattr(block.attn, "cache_types", None)
-        if kinds is not None and not isinstance(c, kinds):
-            raise ValueError(f"cache must hold a {' or '.join(k.__name__ for k in kinds)} for block "
-                             f"{i} ({type(block.attn).__name__}), got {type(c).__name__}")
+        check_layer_cache(block.attn, c, f" for block {i} ({type(block.attn).__name__})")
 
 
 def init_module(module: nn.Module) -> None:

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn as nn
 
-from gpt2k3.cache import ConcatKVCache, KVCache
+from gpt2k3.cache import ConcatKVCache, KVCache, check_layer_cache
 from gpt2k3.checks import check_finite_number, check_float_tensor, checked
 from gpt2k3.config import GPTConfig
 from gpt2k3.layers.mla import apply_rope
@@ -51,9 +51,7 @@ def check_attention_call(layer, x, cache=None) -> None:
     n_embd)`` and ``cache`` ``None`` or a key-value cache. Shapes and types only (no host sync)."""
     if check_float_tensor(x, "x", 3).shape[-1] != layer.n_embd:
         raise ValueError(f"x must have shape (B, T, {layer.n_embd}), got {tuple(x.shape)}")
-    if cache is not None and not isinstance(cache, layer.cache_types):
-        raise ValueError(f"cache must be a KVCache or ConcatKVCache (from new_cache or "
-                         f"concat_cache), got {type(cache).__name__}")
+    check_layer_cache(layer, cache)
 
 
 class CausalSelfAttention(GPT2Attention):

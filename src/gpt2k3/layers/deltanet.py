@@ -52,7 +52,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gpt2k3.archs import K3_GATE_LOWER_BOUND
-from gpt2k3.cache import StateCache
+from gpt2k3.cache import StateCache, check_layer_cache
 from gpt2k3.checks import (check_finite_number, check_gdn_gate, check_int, check_kda_gate,
                            check_layer_input, check_positive_float, checked)
 from gpt2k3.config import GPTConfig
@@ -130,9 +130,7 @@ def check_delta_layer_call(layer, x, cache=None) -> None:
     ``cache`` ``None`` or a :class:`StateCache` holding nothing yet or a :class:`DeltaState`."""
     check_layer_input(x, "x", layer.n_embd, next(layer.parameters()).dtype,
                       shape=f"(B, T, n_embd={layer.n_embd})", finite=False)
-    if cache is not None and not isinstance(cache, layer.cache_types):
-        raise ValueError(f"cache must be a StateCache (from new_cache), got "
-                         f"{type(cache).__name__} -- a KVCache is for softmax attention")
+    check_layer_cache(layer, cache)
     if cache is not None and cache.state is not None and not isinstance(cache.state, DeltaState):
         raise ValueError(f"the cached state must be a DeltaState, got {type(cache.state).__name__}")
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn as nn
 
 from gpt2k3.accounting import mixer_state_numbers
-from gpt2k3.cache import StateCache
+from gpt2k3.cache import StateCache, check_layer_cache
 from gpt2k3.checks import (check_chunk_size, check_layer_input, check_positive_float,
                            check_positive_int, checked)
 from gpt2k3.config import GPTConfig
@@ -49,9 +49,7 @@ def check_linear_layer_call(layer, x, cache=None) -> None:
     dtype, ``cache`` ``None`` or a :class:`StateCache` (shapes and types only: no host sync)."""
     check_layer_input(x, "x", layer.n_embd, next(layer.parameters()).dtype,
                       shape=f"(B, T, n_embd={layer.n_embd})", finite=False)
-    if cache is not None and not isinstance(cache, layer.cache_types):
-        raise ValueError(f"cache must be a StateCache (from new_cache), got {type(cache).__name__}"
-                         " -- a KVCache is for softmax attention")
+    check_layer_cache(layer, cache)
 
 
 class LinearAttention(nn.Module):

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from gpt2k3.cache import LayerCache
+from gpt2k3.cache import LayerCache, check_layer_cache
 from gpt2k3.checks import check_bool, check_layer_input, check_positive_int, checked
 from gpt2k3.layers.norms import RMSNorm
 
@@ -310,8 +310,9 @@ def _check_mla(mla, x, cache, name: str, need_cache: bool) -> None:
     """``x`` ``(B, T, d_model)`` -- or one token ``(B, d_model)`` beside a cache -- in the weights'
     dtype; ``cache`` a :class:`LatentCache` made for this batch (``None`` unless ``need_cache``).
     Shapes and types only, so no host sync."""
-    if (cache is not None or need_cache) and not isinstance(cache, mla.cache_types):
-        raise ValueError(f"cache must be a LatentCache (from new_cache), got {type(cache).__name__}")
+    if need_cache and cache is None:
+        raise ValueError("cache must be a LatentCache (from new_cache), got NoneType")
+    check_layer_cache(mla, cache)
     block = x[:, None] if cache is not None and isinstance(x, torch.Tensor) and x.dim() == 2 else x
     check_layer_input(block, name, mla.cfg.d_model, mla.kv_a_proj_with_mqa.weight.dtype,
                       shape=f"(B, T, d_model={mla.cfg.d_model})", finite=False)
