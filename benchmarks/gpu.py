@@ -212,7 +212,7 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
             lat = mla.new_cache(B, max_len=N)
             lat.c_kv.normal_()
             lat.k_rope.normal_()
-            x_t = randn(B, mla_cfg.d_model)
+            x_t = randn(B, mla_cfg.n_embd)
             q_lat, q_rope = randn(B, Hm, r), randn(B, Hm, dr)  # one query per head, absorbed
 
             def mla_step():
@@ -252,7 +252,7 @@ def decode_steps(cfg: dict, device: str, budget: Budget) -> dict:
             if device == "cuda":
                 torch.cuda.empty_cache()
     return {"config": {"kv_cache": {"heads": H, "head_dim": D, "dtype": str(dtype)},
-                       "mla": {k: getattr(mla_cfg, k) for k in ("d_model", "n_heads", "q_lora_rank",
+                       "mla": {k: getattr(mla_cfg, k) for k in ("n_embd", "n_heads", "q_lora_rank",
                                                                   "kv_lora_rank", "qk_nope_head_dim",
                                                                   "qk_rope_head_dim", "v_head_dim")},
                        "mla_weight_bytes": mla_weight_bytes,
@@ -414,7 +414,7 @@ def configs(dry: bool) -> tuple[dict, dict]:
         steps = dict(dtype=torch.float32, graphs=False, reps=2, kv_heads=2, kv_head_dim=8,
                      state_heads=2, state_dim=8, contexts=[16, 64], batches=[1, 2], min_left_s=0.0,
                      max_cache_bytes=1 << 30,
-                     mla=MLAConfig(d_model=32, n_heads=2, q_lora_rank=16, kv_lora_rank=16,
+                     mla=MLAConfig(n_embd=32, n_heads=2, q_lora_rank=16, kv_lora_rank=16,
                                    qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, max_len=64))
         gates = dict(dtype=torch.float32, graphs=False, fla=False, reps=2, B=1, H=2, D=8,
                      chunk_size=16, Ts=[40, 64], min_left_s=0.0)

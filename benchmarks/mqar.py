@@ -6,7 +6,7 @@
 For each mixer (softmax, linear attention, DeltaNet, Gated DeltaNet, KDA) and seed, one tiny
 GPT (:mod:`gpt2k3.experiments.recall`) is trained on a mixture of MQAR tasks (:mod:`gpt2k3.experiments.mqar`), one per
 number of key-value pairs in ``--pairs``, and scored on held-out sequences of each task at a few
-checkpoints. The pair counts run past the head dimension ``D`` (= d_model / n_head), the number
+checkpoints. The pair counts run past the head dimension ``D`` (= n_embd / n_head), the number
 of keys one head's ``D x D`` state can keep apart exactly.
 
 Writes ``benchmarks/results/mqar.json``: the machine, the full configuration, one row per
@@ -47,7 +47,7 @@ def main(argv=None) -> Path:
     p.add_argument("--steps", type=int, help=f"training steps per run (default {FULL['steps']})")
     p.add_argument("--batch-size", type=int, default=TrainConfig().batch_size)
     p.add_argument("--lr", type=float, default=TrainConfig().lr)
-    p.add_argument("--d-model", type=int, default=ModelConfig().d_model)
+    p.add_argument("--d-model", type=int, default=ModelConfig().n_embd)
     p.add_argument("--n-head", type=int, default=ModelConfig().n_head)
     p.add_argument("--vocab", type=int, default=128)
     p.add_argument("--threads", type=int, default=1,
@@ -67,7 +67,7 @@ def main(argv=None) -> Path:
     name = args.out or ("mqar_quick.json" if args.quick else "mqar.json")
 
     tasks = [MQARConfig(n_pairs=P, vocab_size=args.vocab) for P in pairs]
-    model = ModelConfig(d_model=args.d_model, n_head=args.n_head)
+    model = ModelConfig(n_embd=args.n_embd, n_head=args.n_head)
     cfg = TrainConfig(steps=steps, batch_size=args.batch_size, lr=args.lr)
     header = {
         "benchmark": "mqar",

@@ -73,7 +73,7 @@ RATE_OF = {"adamw": "adamw", "muon": "muon", "adamw_qk": "adamw", "muon_qk": "mu
 FULL = dict(mixer="softmax_conv", steps=600, sweep_steps=200, seeds=3, lrs=(1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2),
             model=TextModelConfig(), warmup=30, eval_every=30, curve_windows=32, eval_windows=16)
 QUICK = dict(mixer="softmax_conv", steps=4, sweep_steps=2, seeds=1, lrs=(3e-3, 1e-2),
-             model=TextModelConfig(n_layer=2, d_model=32, n_head=2, context=32, max_context=64),
+             model=TextModelConfig(n_layer=2, n_embd=32, n_head=2, context=32, max_context=64),
              warmup=1, eval_every=2, curve_windows=2, eval_windows=1)
 
 

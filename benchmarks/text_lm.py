@@ -108,7 +108,7 @@ class Plan:
 
 def _presets() -> dict[str, Plan]:
     chapter = TextTrainConfig(steps=1200, batch_size=8, lr=3e-3, warmup=120, eval_every=100)
-    tiny_model = TextModelConfig(n_layer=4, d_model=32, n_head=2, context=32, max_context=128,
+    tiny_model = TextModelConfig(n_layer=4, n_embd=32, n_head=2, context=32, max_context=128,
                                  chunk_size=16)
     return {
         "chapter": Plan(out="text_lm_tuned.json", mixers=ORDER, seeds=(0, 1, 2),

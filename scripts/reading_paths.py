@@ -127,7 +127,7 @@ def _absorbed(cls_name: str):
     if not names:
         raise Missing(f"no absorbed-decode method on gpt2k3.layers.mla.{cls_name}")
     cfg = attr("gpt2k3.layers.mla", "MLAConfig")(
-        d_model=32, n_heads=4, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6,
+        n_embd=32, n_heads=4, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6,
         qk_rope_head_dim=4, v_head_dim=5, max_len=16)
     torch.manual_seed(0)
     x = torch.randn(1, 32, generator=_gen())

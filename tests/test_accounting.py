@@ -11,7 +11,7 @@ from gpt2k3.config import GPTConfig
 
 def _config(spec):
     return GPTConfig(block_size=spec.max_positions, vocab_size=spec.vocab_size, n_layer=spec.n_layer,
-                     n_head=spec.n_head, n_embd=spec.d_model)
+                     n_head=spec.n_head, n_embd=spec.n_embd)
 
 
 @pytest.mark.parametrize("spec", GPT2_FAMILY, ids=lambda s: s.name)
@@ -32,7 +32,7 @@ def test_gpt2_family_counts_equal_built_models(spec):
 @pytest.mark.parametrize("spec", GPT2_FAMILY, ids=lambda s: s.name)
 def test_gpt2_family_counts_equal_hugging_face(spec):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.d_model,
+    cfg = transformers.GPT2Config(n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.n_embd,
                                   vocab_size=spec.vocab_size, n_positions=spec.max_positions)
     with torch.device("meta"):
         hf = transformers.GPT2LMHeadModel(cfg)
@@ -47,7 +47,7 @@ def test_gpt2_small_is_the_published_size():
 
 def test_untied_head_and_rmsnorm_and_no_bias():
     s = GPT2_SMALL.with_(tied_embeddings=False)
-    assert count_params(s).breakdown["head"] == s.vocab_size * s.d_model
+    assert count_params(s).breakdown["head"] == s.vocab_size * s.n_embd
     r = GPT2_SMALL.with_(norm="rmsnorm", bias=False)
     assert count_params(r).breakdown["norms"] == (2 * 12 + 1) * 768
     assert count_params(r).breakdown["attention"] == 12 * 4 * 768 * 768
@@ -60,7 +60,7 @@ def test_spec_from_gpt_config_matches_the_model():
     assert count_params(spec_from_gpt_config(cfg)).total == model.num_params()
 
 
-@pytest.mark.parametrize("field,value", [("n_layer", 0), ("d_model", -8), ("vocab_size", 1.5),
+@pytest.mark.parametrize("field,value", [("n_layer", 0), ("n_embd", -8), ("vocab_size", 1.5),
                                          ("n_head", 0), ("d_ff", 0), ("max_positions", -1),
                                          ("norm", "batchnorm")])
 def test_arch_spec_rejects_bad_fields(field, value):
@@ -106,7 +106,7 @@ from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2, KIMI_LINEAR_48B, MOE_MODELS, PUBL
 ALL_SPECS = (*GPT2_FAMILY, *MOE_MODELS)
 
 #: A small hybrid MoE model: every kind of layer, cheap to reason about.
-TINY = ArchSpec(name="tiny", vocab_size=100, n_layer=6, d_model=16, n_head=4, d_ff=40,
+TINY = ArchSpec(name="tiny", vocab_size=100, n_layer=6, n_embd=16, n_head=4, d_ff=40,
                 bias=False, norm="rmsnorm", tied_embeddings=False, mlp="swiglu", position="rope",
                 attention="mla", q_lora_rank=8, kv_lora_rank=6, qk_nope_head_dim=4,
                 qk_rope_head_dim=2, v_head_dim=5, kda_layers=(0, 1, 3, 4), kda_n_head=2,
@@ -124,7 +124,7 @@ def test_breakdowns_add_up(spec):
     assert c.breakdown["attention"] == c.detail["softmax attention"] + c.detail["linear attention"]
     assert c.breakdown["MLP"] == sum(c.detail[k] for k in ("dense MLP", "router", "shared experts",
                                                             "routed experts"))
-    assert 0 < c.matmul_active <= c.active + spec.vocab_size * spec.d_model
+    assert 0 < c.matmul_active <= c.active + spec.vocab_size * spec.n_embd
 
 
 def test_tiny_hybrid_counts_by_hand():
@@ -150,7 +150,7 @@ def test_dense_models_are_fully_active(spec):
     c = count_params(spec)
     assert c.active == c.total and c.active_detail == c.detail
     # GPT-2 multiplies through its attention and MLP weights and the (tied) head
-    d, L = spec.d_model, spec.n_layer
+    d, L = spec.n_embd, spec.n_layer
     assert c.matmul_active == L * (4 * d * d + 8 * d * d) + spec.vocab_size * d
 
 
@@ -224,7 +224,7 @@ def test_state_bytes():
 
 # ------------------------------------------------------------------ bytes moved and FLOPs
 def test_decode_bytes_dense_model():
-    s, d = GPT2_SMALL, GPT2_SMALL.d_model
+    s, d = GPT2_SMALL, GPT2_SMALL.n_embd
     c = count_params(s)
     weights = c.total - 1024 * d  # the tied table is read by the head; one position row
     assert decode_bytes_per_token(s, 0) == (weights + d) * 2
@@ -235,7 +235,7 @@ def test_decode_bytes_dense_model():
 
 def test_decode_bytes_moe_reads_more_experts_as_the_batch_grows():
     s = DEEPSEEK_V3
-    c, d, expert = count_params(s), s.d_model, 3 * s.d_model * s.d_expert
+    c, d, expert = count_params(s), s.n_embd, 3 * s.n_embd * s.d_expert
     batch1 = c.active - c.detail["token embeddings"] + d  # one embedding row
     assert decode_bytes_per_token(s, 0) == pytest.approx(batch1 * 2, rel=1e-12)
     per_step = [decode_bytes_per_token(s, 0, batch=b) * b for b in (1, 2, 8, 64, 4096)]
@@ -253,7 +253,7 @@ def test_decode_bytes_linear_layers_move_their_state_not_a_growing_cache():
     grow = decode_bytes_per_token(s, 2000) - decode_bytes_per_token(s, 1000)
     assert grow == kv_cache_bytes(s, 1000) == 7 * 576 * 1000 * 2
     c = count_params(s)
-    weights = c.active - c.detail["token embeddings"] + s.d_model
+    weights = c.active - c.detail["token embeddings"] + s.n_embd
     assert state_bytes(s) > 0  # read and written back once per step, whatever the context
     assert decode_bytes_per_token(s, 0) == pytest.approx(weights * 2 + 2 * state_bytes(s), rel=1e-12)
 

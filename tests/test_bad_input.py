@@ -413,9 +413,9 @@ def _arch(**kw):
     return ArchSpec(**kw)
 
 
-case("accounting.ArchSpec", {"name": "t", "vocab_size": 100, "n_layer": 2, "d_model": 64,
+case("accounting.ArchSpec", {"name": "t", "vocab_size": 100, "n_layer": 2, "n_embd": 64,
                              "n_head": 4},
-     vocab_size=_batch, n_layer=_batch, d_model=_batch, n_head=_batch,
+     vocab_size=_batch, n_layer=_batch, n_embd=_batch, n_head=_batch,
      d_ff=st.one_of(st.integers(max_value=0), st.just(1.5)),
      norm=bad_str(), mlp=bad_str(), position=bad_str(), attention=bad_str())
 
@@ -533,13 +533,13 @@ case("ops.softmax.causal_mask", {"t": 3, "past": 2}, t=bad_nonneg_int(), past=ba
 
 
 def _mla_cfg(**kw):
-    base = dict(d_model=32, n_heads=2, q_lora_rank=None, kv_lora_rank=8, qk_nope_head_dim=8,
+    base = dict(n_embd=32, n_heads=2, q_lora_rank=None, kv_lora_rank=8, qk_nope_head_dim=8,
                 qk_rope_head_dim=4, v_head_dim=8)
     base.update(kw)
     return base
 
 
-case("layers.mla.MLAConfig", _mla_cfg(), d_model=_batch, n_heads=_batch, kv_lora_rank=_batch,
+case("layers.mla.MLAConfig", _mla_cfg(), n_embd=_batch, n_heads=_batch, kv_lora_rank=_batch,
      qk_nope_head_dim=_batch, qk_rope_head_dim=st.one_of(st.just(3), _batch),
      v_head_dim=_batch, rope_theta=bad_pos_float(), max_len=_batch, norm_eps=bad_pos_float())
 case("layers.mla.LatentCache", {"batch_size": 2, "max_len": 8, "kv_lora_rank": 8,
@@ -616,12 +616,12 @@ case("experiments.forgetting.split_channels", {"d": 8, "keep": 4}, d=_batch,
 
 # --- moe, tasks, recall --------------------------------------------------------------------
 
-_moe_cfg = dict(d_model=16, n_routed_experts=4, n_shared_experts=1, top_k=2, d_expert=8)
-case("layers.moe.MoEConfig", _moe_cfg, d_model=_batch, n_routed_experts=_batch,
+_moe_cfg = dict(n_embd=16, n_routed_experts=4, n_shared_experts=1, top_k=2, d_expert=8)
+case("layers.moe.MoEConfig", _moe_cfg, n_embd=_batch, n_routed_experts=_batch,
      n_shared_experts=bad_nonneg_int(), top_k=st.one_of(_batch, st.just(5)), d_expert=_batch,
      score_func=bad_str(), routed_scaling_factor=bad_pos_float(), n_group=_batch,
      topk_group=_batch)
-case("layers.mlp.SwiGLU", {"d_model": 8, "d_hidden": 16}, d_model=_batch, d_hidden=_batch)
+case("layers.mlp.SwiGLU", {"n_embd": 8, "d_hidden": 16}, n_embd=_batch, d_hidden=_batch)
 
 
 def _moe_forward(fn, x):
@@ -683,7 +683,7 @@ def _recall_model():
 case("experiments.recall.state_numbers", lambda: {"mixer": "deltanet", "model": _recall_model(),
                                       "seq_len": 64},
      mixer=bad_str(), seq_len=_batch, model=st.just(3))
-case("experiments.recall.ModelConfig", {}, d_model=_batch, n_layer=_batch, n_head=_batch,
+case("experiments.recall.ModelConfig", {}, n_embd=_batch, n_layer=_batch, n_head=_batch,
      chunk_size=_batch, conv=bad_str(), conv_size=_batch, gate_init=bad_str(), init=bad_str())
 case("experiments.recall.TrainConfig", {}, steps=_batch, batch_size=_batch, lr=bad_pos_float(),
      weight_decay=st.one_of(st.just(-0.1), NON_FINITE, NOT_NUMBER), warmup=bad_nonneg_int(),

@@ -34,7 +34,7 @@ PROMPT, NEW, BATCH = 7, 12, 2
 
 
 def _spec(name: str, **kw) -> ArchSpec:
-    base = dict(name=name, vocab_size=CFG.vocab_size, n_layer=CFG.n_layer, d_model=CFG.n_embd,
+    base = dict(name=name, vocab_size=CFG.vocab_size, n_layer=CFG.n_layer, n_embd=CFG.n_embd,
                 n_head=CFG.n_head, max_positions=CFG.block_size)
     return ArchSpec(**{**base, **kw})
 
@@ -44,7 +44,7 @@ def _kda_fields(layers, conv=4):
                 kda_conv_kernel=conv)
 
 
-_MLA = MLAConfig(d_model=CFG.n_embd, n_heads=CFG.n_head, q_lora_rank=12, kv_lora_rank=6,
+_MLA = MLAConfig(n_embd=CFG.n_embd, n_heads=CFG.n_head, q_lora_rank=12, kv_lora_rank=6,
                  qk_nope_head_dim=4, qk_rope_head_dim=4, v_head_dim=8, max_len=CFG.block_size)
 _MLA_SPEC = dict(attention="mla", q_lora_rank=12, kv_lora_rank=6, qk_nope_head_dim=4,
                  qk_rope_head_dim=4, v_head_dim=8, bias=False, norm="rmsnorm")
@@ -76,7 +76,7 @@ def _build(kind: str):
     if kind == "MLA":
         return GPT(CFG, mixer=lambda c, i: MLA(_MLA)), None, _spec(kind, **_MLA_SPEC), {"LatentCache"}
     if kind == "MLA + MoE":
-        moe = MoEConfig(d_model=CFG.n_embd, n_routed_experts=4, n_shared_experts=1, top_k=2, d_expert=8)
+        moe = MoEConfig(n_embd=CFG.n_embd, n_routed_experts=4, n_shared_experts=1, top_k=2, d_expert=8)
         m = GPT(CFG, mixer=lambda c, i: MLA(_MLA), mlp=lambda c, i: MoE(moe))
         return m, None, _spec(kind, **_MLA_SPEC), {"LatentCache"}
     if kind == "tiny Kimi K3":

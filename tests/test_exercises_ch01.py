@@ -16,7 +16,7 @@ from gpt2k3.model import GPT, GPT2
 
 def test_1_1_the_hand_count_is_gpt2s_count_for_every_size():
     for spec in GPT2_FAMILY:
-        d = spec.d_model
+        d = spec.n_embd
         assert ch01.gpt2_per_block(d) == 12 * d * d + 13 * d
         terms = ch01.gpt2_param_terms(spec)
         assert terms["total"] == count_params(spec).total
@@ -41,7 +41,7 @@ def test_1_1_refuses_a_shape_that_is_not_gpt2s():
 def test_1_2_a_2026_vocabulary_outweighs_gpt2_smalls_blocks():
     tied = ch01.vocab_swap(GPT2_SMALL, KIMI_K3.vocab_size, tied=True)
     untied = ch01.vocab_swap(GPT2_SMALL, KIMI_K3.vocab_size, tied=False)
-    table = KIMI_K3.vocab_size * GPT2_SMALL.d_model
+    table = KIMI_K3.vocab_size * GPT2_SMALL.n_embd
     assert tied["vocab_tables"] == table and untied["vocab_tables"] == 2 * table
     assert untied["total"] - tied["total"] == table
     assert tied["vocab_tables"] > tied["blocks"]  # "more than all ... in the blocks"
@@ -65,7 +65,7 @@ def test_1_3_last_only_returns_the_last_row_and_the_head_share():
     with pytest.raises(ValueError, match="last_only"):
         ch01.forward_last_only(model, idx, last_only="no")
     share = ch01.head_share(GPT2_SMALL, prompt_len=8)
-    V, L, d = GPT2_SMALL.vocab_size, GPT2_SMALL.n_layer, GPT2_SMALL.d_model
+    V, L, d = GPT2_SMALL.vocab_size, GPT2_SMALL.n_layer, GPT2_SMALL.n_embd
     assert share["head_macs"] == V * d and share["blocks_macs"] == 12 * L * d * d
     assert 0.3 < share["head_share"] < 0.32
     assert share["prefill_saved_macs"] == 7 * V * d

@@ -19,7 +19,7 @@ def test_2_1_xl_crosses_later_but_by_less_than_its_width():
         assert cross[spec.name] == pytest.approx(
             count_params(spec).total * 2 / kv_cache_bytes(spec, 1, dtype_bytes=2), rel=1e-12)
     ratio = cross[GPT2_XL.name] / cross[GPT2_SMALL.name]
-    assert 1 < ratio < GPT2_XL.d_model / GPT2_SMALL.d_model
+    assert 1 < ratio < GPT2_XL.n_embd / GPT2_SMALL.n_embd
     assert [cross[s.name] for s in GPT2_FAMILY] == sorted(cross[s.name] for s in GPT2_FAMILY)
 
 
@@ -28,7 +28,7 @@ def test_2_2_the_formula_is_the_crossing_term_by_term():
         f = ch02.crossing_formula(spec)
         assert f["total"] == pytest.approx(weights_cache_crossing(spec, 1, 2, 2), rel=1e-12)
         assert f["total"] == pytest.approx(weights_cache_crossing(spec, 1, 4, 4), rel=1e-12)  # format-free
-        assert f["blocks"] == 6 * spec.d_model + 6.5
+        assert f["blocks"] == 6 * spec.n_embd + 6.5
         assert f["embeddings"] == (spec.vocab_size + spec.max_positions) / (2 * spec.n_layer)
     small, xl = ch02.crossing_formula(GPT2_SMALL), ch02.crossing_formula(GPT2_XL)
     assert small["embeddings"] / xl["embeddings"] == GPT2_XL.n_layer / GPT2_SMALL.n_layer

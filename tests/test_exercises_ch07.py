@@ -74,7 +74,7 @@ def test_7_4_capacity_dispatch():
 
 
 def test_7_4_capacity_zero_drops_everything_and_large_capacity_is_dispatch():
-    cfg = MoEConfig(d_model=8, n_routed_experts=4, n_shared_experts=0, top_k=2, d_expert=8)
+    cfg = MoEConfig(n_embd=8, n_routed_experts=4, n_shared_experts=0, top_k=2, d_expert=8)
     torch.manual_seed(0)
     moe = MoE(cfg).double()
     x = torch.randn(10, 8, dtype=torch.float64)

@@ -16,12 +16,12 @@ from gpt2k3.layers.deltanet import bounded_log_decay
 
 def test_8_1_latent_factors_match_the_counts():
     r = ch08.latent_moe_factors(KIMI_K3)
-    assert r.routed_only == KIMI_K3.moe_latent_dim / KIMI_K3.d_model == 0.5
+    assert r.routed_only == KIMI_K3.moe_latent_dim / KIMI_K3.n_embd == 0.5
     assert r.stored_formula == pytest.approx(r.stored_package, rel=1e-12)
     assert r.used_formula == pytest.approx(r.used_package, rel=1e-12)
     assert r.routed_only < r.stored_formula < r.used_formula < 1
     # at the break-even widths the latent layer costs what the full-width one does
-    k, f, d, E = KIMI_K3.top_k, KIMI_K3.d_expert, KIMI_K3.d_model, KIMI_K3.n_routed_experts
+    k, f, d, E = KIMI_K3.top_k, KIMI_K3.d_expert, KIMI_K3.n_embd, KIMI_K3.n_routed_experts
     w = r.break_even_used
     assert 2 * d * w + 3 * k * w * f == pytest.approx(3 * k * d * f)
     w = r.break_even_stored

@@ -176,7 +176,7 @@ def test_latent_moe_cost_is_count_params():
     full = latent_moe_cost(KIMI_K3, 0)
     f = count_params(KIMI_K3.with_(moe_latent_dim=0, moe_latent_norm=False))
     assert (full.total, full.active) == (f.total, f.active)
-    d, e, k, w = KIMI_K3.d_model, KIMI_K3.n_routed_experts, KIMI_K3.top_k, KIMI_K3.d_expert
+    d, e, k, w = KIMI_K3.n_embd, KIMI_K3.n_routed_experts, KIMI_K3.top_k, KIMI_K3.d_expert
     s = KIMI_K3.n_shared_experts
     assert full.layer_total == e * d + s * 3 * d * w + e * 3 * d * w
     assert full.layer_active == e * d + s * 3 * d * w + k * 3 * d * w
@@ -184,7 +184,7 @@ def test_latent_moe_cost_is_count_params():
     assert k3.layer_total == e * d + 2 * d * lat + lat + s * 3 * d * w + e * 3 * lat * w
     assert k3.total < full.total and k3.flops_per_token < full.flops_per_token
     with pytest.raises(ValueError, match="latent_dim"):
-        latent_moe_cost(KIMI_K3, KIMI_K3.d_model + 1)
+        latent_moe_cost(KIMI_K3, KIMI_K3.n_embd + 1)
     with pytest.raises(ValueError, match="latent_dim"):
         latent_moe_cost(KIMI_K3, -1)
     with pytest.raises(ValueError, match="spec"):
@@ -199,13 +199,13 @@ def test_latent_moe_break_even(spec):
     w = latent_moe_break_even(spec)
     full = latent_moe_cost(spec, 0).matmul_active
     assert latent_moe_cost(spec, math.floor(w)).matmul_active <= full
-    assert latent_moe_cost(spec, min(spec.d_model, math.floor(w) + 1)).matmul_active > full
-    # for the parameters stored, all experts shrink: the break-even is much closer to d_model
+    assert latent_moe_cost(spec, min(spec.n_embd, math.floor(w) + 1)).matmul_active > full
+    # for the parameters stored, all experts shrink: the break-even is much closer to n_embd
     ws = latent_moe_break_even(spec, stored=True)
     stored = latent_moe_cost(spec, 0).total
-    assert w < ws < spec.d_model
+    assert w < ws < spec.n_embd
     assert latent_moe_cost(spec, math.floor(ws)).total <= stored
-    assert latent_moe_cost(spec, min(spec.d_model, math.floor(ws) + 1)).total > stored
+    assert latent_moe_cost(spec, min(spec.n_embd, math.floor(ws) + 1)).total > stored
     with pytest.raises(ValueError, match="spec"):
         latent_moe_break_even(None)
     with pytest.raises(ValueError, match="stored"):
@@ -270,8 +270,8 @@ def test_attn_res_sources_figure():
         figs.attn_res_sources(block_sizes=[0])
     with pytest.raises(ValueError, match="block_sizes"):
         figs.attn_res_sources(block_sizes=[])
-    with pytest.raises(ValueError, match="d_model"):
-        figs.attn_res_sources(d_model=0)
+    with pytest.raises(ValueError, match="n_embd"):
+        figs.attn_res_sources(n_embd=0)
     one = figs.attn_res_sources(10, [3])
     assert not one.layout.sliders and len(one.data[0].z) == attn_res_reads(10, 3).n_blocks + 1
 
@@ -314,7 +314,7 @@ def test_latent_experts_figure():
                                     for w in sorted(figs.LATENT_DIMS)], rel=1e-5)
     assert fig.data[5].y[0] == pytest.approx(k3.flops_per_token / full.flops_per_token, rel=1e-5)
     with pytest.raises(ValueError, match="latent_dim"):
-        figs.latent_experts(latent_dims=[KIMI_K3.d_model + 1])
+        figs.latent_experts(latent_dims=[KIMI_K3.n_embd + 1])
     with pytest.raises(ValueError, match="latent_dims"):
         figs.latent_experts(latent_dims=[0])
     with pytest.raises(ValueError, match="spec"):

@@ -16,7 +16,7 @@ from gpt2k3.book.figures import text as figs
 from gpt2k3.book.figures._style import DATA_DIGITS
 from gpt2k3.experiments.text_lm import TextModelConfig, TextTrainConfig
 
-TINY = TextModelConfig(n_layer=4, d_model=32, n_head=2, context=32, max_context=128, chunk_size=16)
+TINY = TextModelConfig(n_layer=4, n_embd=32, n_head=2, context=32, max_context=128, chunk_size=16)
 TRAIN = TextTrainConfig(steps=6, batch_size=2, warmup=1, eval_every=3, curve_windows=2,
                         eval_windows=1)
 SAMPLE = dict(prompt="And <God> & ", max_new_tokens=8, temperature=0.8, seed=0)
@@ -165,7 +165,7 @@ def test_models_table_and_position_means(data):
     headers, rows = figs.text_models_table({**data, "models": models})
     assert [r[1] for r in rows] == ["softmax × 4", "DeltaNet × 4", "KDA, KDA, KDA, softmax"]
     assert rows[0][2] == "learned table" and rows[1][2] == "none (NoPE)"
-    assert rows[0][4] == str(4 * TINY.d_model)
+    assert rows[0][4] == str(4 * TINY.n_embd)
     assert headers[3] == "short convolution" and rows[0][3] == "none"
     assert rows[1][3] == figs.MIXER_CONV["deltanet"] and "shared" in figs.MIXER_CONV["softmax_conv"]
     with pytest.raises(ValueError, match="missing"):

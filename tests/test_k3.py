@@ -48,7 +48,7 @@ def test_the_book_uses_the_published_k3_and_no_stand_in():
 @pytest.mark.parametrize("changes, field", [
     (dict(top_k=897), "top_k"),                  # more active than total experts
     (dict(n_routed_experts=-896), "n_routed_experts"),
-    (dict(d_model=-7168), "d_model"),
+    (dict(n_embd=-7168), "n_embd"),
     (dict(kda_head_dim=0), "kda_n_head"),        # KDA layers need a head size
     (dict(n_layer=40), "kda_layers"),            # the schedule names layers up to 92
     (dict(kv_lora_rank=-1), "kv_lora_rank"),
@@ -240,7 +240,7 @@ def test_what_changed_ends_at_the_published_k3():
     assert deltas == [b - a for a, b in zip(totals, totals[1:])]
     by = {r[0]: r for r in rows}
     # dropping the learned positions removes a million-row table
-    assert by["position encoding"][3] == -KIMI_K3.max_positions * KIMI_K3.d_model
+    assert by["position encoding"][3] == -KIMI_K3.max_positions * KIMI_K3.n_embd
     # MLA caches 576 numbers per layer instead of 2 x 96 x 128; the hybrid keeps 24 layers
     assert by["activation"][5] == 93 * 2 * 96 * 128
     assert by["attention"][5] == 93 * 576 and by["mixer"][5] == 24 * 576
@@ -414,7 +414,7 @@ def test_every_explorer_control_is_bounded():
     c["n_layer"].value = KIMI_K3.n_layer
     c["q_lora_rank"].value = str(10 ** 12)  # a text box: refused with the field's name
     assert "q_lora_rank" in box.current.value
-    for bad in ({"n_layer": 10 ** 12}, {"d_model": 0}, {"kda_gate_lower_bound": "-1e9"},
+    for bad in ({"n_layer": 10 ** 12}, {"n_embd": 0}, {"kda_gate_lower_bound": "-1e9"},
                 {"n_kv_head": str(10 ** 9)}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             spec_from_controls(KIMI_K3, bad, 3)

@@ -113,7 +113,7 @@ def test_bounded_kda_layer_gate_range_full_rank_gate_and_cache():
 def _mla(**kw) -> MLA:
     """K3's MLA: no rotation, an output gate (``MLAConfig(rope=False, output_gate=True)``)."""
     torch.manual_seed(3)
-    cfg = MLAConfig(d_model=32, n_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+    cfg = MLAConfig(n_embd=32, n_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
                     qk_rope_head_dim=4, v_head_dim=8, max_len=32, rope=False, output_gate=True,
                     **kw)
     m = MLA(cfg).double()
@@ -230,7 +230,7 @@ def test_situ_limits():
 
 # ============================================================================ 3. latent MoE
 def _moe_cfg(**kw) -> LatentMoEConfig:
-    return LatentMoEConfig(**{**dict(d_model=24, latent_dim=12, n_routed_experts=6,
+    return LatentMoEConfig(**{**dict(n_embd=24, latent_dim=12, n_routed_experts=6,
                                      n_shared_experts=2, top_k=2, d_expert=10), **kw})
 
 
@@ -315,7 +315,7 @@ def test_k3_norms_use_k3s_rms_norm_eps():
 def test_latent_moe_shapes_count_and_bad_config():
     cfg = _moe_cfg()
     moe = LatentMoE(cfg)
-    d, w, E, f = cfg.d_model, cfg.latent_dim, cfg.n_routed_experts, cfg.d_expert
+    d, w, E, f = cfg.n_embd, cfg.latent_dim, cfg.n_routed_experts, cfg.d_expert
     assert sum(p.numel() for p in moe.parameters()) == (
         E * d + 2 * d * w + w + cfg.n_shared_experts * 3 * d * f + E * 3 * w * f)
     assert tuple(moe.experts[0].gate_proj.weight.shape) == (f, w)        # experts are latent
@@ -437,7 +437,7 @@ def test_attention_residual_part_and_k3_model_validate():
     x = torch.zeros(1, 2, CFG.n_embd)
     with pytest.raises(ValueError, match="blocks must hold 5 blocks, got 4"):
         res(model.transformer.h[:4], x, [None] * 4)
-    for args, match in (((0, 8, 2), "n_layer"), ((3, 8, 0), "block_size"), ((3, 0, 2), "d_model")):
+    for args, match in (((0, 8, 2), "n_layer"), ((3, 8, 0), "block_size"), ((3, 0, 2), "n_embd")):
         with pytest.raises(ValueError, match=match):
             AttnResidual(*args)
     # k3_model rebuilds the same model from the spec

@@ -69,7 +69,7 @@ ACTIVE = TOTAL - N_MOE * (E - TOPK) * EXPERT
 
 def test_the_spec_is_the_published_config():
     k = KIMI_K3
-    assert (k.vocab_size, k.d_model, k.n_layer, k.n_head) == (V, D, L, H)
+    assert (k.vocab_size, k.n_embd, k.n_layer, k.n_head) == (V, D, L, H)
     assert (k.q_lora_rank, k.kv_lora_rank, k.qk_nope_head_dim, k.qk_rope_head_dim,
             k.v_head_dim) == (QL, KVL, DN, DR, DV)
     assert (k.kda_n_head, k.kda_head_dim, k.kda_conv_kernel) == (KH, KD, KC)
@@ -91,7 +91,7 @@ def test_the_spec_is_the_published_config():
     assert list(KIMI_K3_CONFIG["linear_attn_config.full_attn_layers"][0]) == MLA_1BASED
     assert all(len(v) == 2 and v[1] for v in KIMI_K3_CONFIG.values())  # each value has a source
     v = KIMI_K3_VISION
-    assert (v.n_layer, v.d_model, v.qkv_dim, v.d_ff, v.n_head, v.patch_size) == (
+    assert (v.n_layer, v.n_embd, v.qkv_dim, v.d_ff, v.n_head, v.patch_size) == (
         VL, VD, VQ, VF, 12, VP)
     assert "Kimi K3" in k.source and "arXiv:2607.24653" in k.source
 
@@ -267,10 +267,10 @@ def test_impossible_k3_style_specs_raise():
         with pytest.raises(ValueError, match=name):
             KIMI_K3.with_(**{name: bad})
     with pytest.raises(ValueError, match="qkv_dim"):
-        VisionTower(n_layer=2, d_model=8, n_head=3, qkv_dim=16, d_ff=8, patch_size=2,
+        VisionTower(n_layer=2, n_embd=8, n_head=3, qkv_dim=16, d_ff=8, patch_size=2,
                     pos_emb_height=2, pos_emb_width=2)
     with pytest.raises(ValueError, match="merge_kernel"):
-        VisionTower(n_layer=2, d_model=8, n_head=2, qkv_dim=16, d_ff=8, patch_size=2,
+        VisionTower(n_layer=2, n_embd=8, n_head=2, qkv_dim=16, d_ff=8, patch_size=2,
                     pos_emb_height=2, pos_emb_width=2, merge_kernel=(2,))
     with pytest.raises(ValueError, match="lower_bound"):
         kda_log_decay(0.0, lower_bound=0.0)
@@ -575,7 +575,7 @@ def test_the_model_card_rounds_the_report():
 
 
 def test_the_scale_step_keeps_k3s_heads_and_both_mha_baselines():
-    """Chapter 9's walk scales GPT-2 with K3's 96 heads of 128 (12,288 wide, not d_model);
+    """Chapter 9's walk scales GPT-2 with K3's 96 heads of 128 (12,288 wide, not n_embd);
     its MLA step is 42.7x against that MHA, 53.3x against chapter 7's convention (the same
     heads with MLA's 192-dimensional keys)."""
     from gpt2k3.accounting import kv_numbers_per_token
@@ -585,7 +585,7 @@ def test_the_scale_step_keeps_k3s_heads_and_both_mha_baselines():
     steps = {change: spec for change, _, spec in gpt2_to_k3_steps()}
     scale, mla = steps["scale"], steps["attention"]
     assert (scale.n_head, scale.head_dim) == (96, 128) and scale.n_head * scale.head_dim == 12_288
-    assert scale.d_model == 7168 and scale.d_model % scale.n_head != 0
+    assert scale.n_embd == 7168 and scale.n_embd % scale.n_head != 0
     assert kv_numbers_per_token(scale) == 93 * 2 * 96 * 128 == 2_285_568
     assert kv_numbers_per_token(mla) == 93 * 576
     same_heads = mla_cache_variants(mla)["MHA, same heads"]

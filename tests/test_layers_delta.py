@@ -195,13 +195,13 @@ def test_deltanet_has_no_gate():
     assert make_layer(DeltaNet).log_alpha(x_of()) is None
 
 
-@pytest.mark.parametrize("n_head, head_dim, d_model, conv", [(12, 64, 768, 4), (3, 8, 20, 0),
+@pytest.mark.parametrize("n_head, head_dim, n_embd, conv", [(12, 64, 768, 4), (3, 8, 20, 0),
                                                               (32, 128, 2304, 4)])
-def test_kda_parameter_count_matches_accounting(n_head, head_dim, d_model, conv):
-    config = GPTConfig(n_layer=1, n_head=n_head if d_model % n_head == 0 else 1, n_embd=d_model)
+def test_kda_parameter_count_matches_accounting(n_head, head_dim, n_embd, conv):
+    config = GPTConfig(n_layer=1, n_head=n_head if n_embd % n_head == 0 else 1, n_embd=n_embd)
     with torch.device("meta"):
         layer = KDA(config, n_head=n_head, head_dim=head_dim, conv_size=conv)
-    spec = ArchSpec(name="kda", vocab_size=1, n_layer=1, d_model=d_model, n_head=1, bias=False,
+    spec = ArchSpec(name="kda", vocab_size=1, n_layer=1, n_embd=n_embd, n_head=1, bias=False,
                     norm="rmsnorm", kda_layers=(0,), kda_n_head=n_head, kda_head_dim=head_dim,
                     kda_conv_kernel=conv)
     assert count_params(spec).detail["linear attention"] == sum(p.numel() for p in layer.parameters())

@@ -144,7 +144,7 @@ def test_saved_weights_load_as_their_float16_rounding(tmp_path):
     from gpt2k3.experiments import text_lm
     from gpt2k3.experiments.text_lm import TextModelConfig
 
-    cfg = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=16, max_context=32, chunk_size=8)
+    cfg = TextModelConfig(n_layer=2, n_embd=32, n_head=2, context=16, max_context=32, chunk_size=8)
     net = text_lm.build_model("gated_deltanet", cfg, seed=3)
     save_model(net, tmp_path / "m.pt", mixer="gated_deltanet", model=cfg, meta={"seed": 3})
     back, meta = load_model(tmp_path / "m.pt")

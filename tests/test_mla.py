@@ -14,7 +14,7 @@ from gpt2k3.cache import KVCache
 from gpt2k3.layers.mla import (MLA, LatentCache, MLAConfig, apply_rope, latent_numbers_per_token,
     mha_equivalent_numbers_per_token)
 
-SMALL = dict(d_model=32, n_heads=4, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6,
+SMALL = dict(n_embd=32, n_heads=4, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6,
              qk_rope_head_dim=4, v_head_dim=5, rope_theta=10000.0, max_len=16)
 
 
@@ -41,7 +41,7 @@ VARIANTS = [
 def test_prefill_and_both_decodes_match_forward(overrides):
     model = make(**overrides)
     B, T, T0 = 2, 9, 4
-    x = torch.randn(B, T, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(B, T, model.cfg.n_embd, dtype=torch.float64)
     with torch.no_grad():
         ref = model(x)
         naive, absorbed = model.new_cache(B), model.new_cache(B)
@@ -50,7 +50,7 @@ def test_prefill_and_both_decodes_match_forward(overrides):
         for t in range(T0, T):
             y_naive = model.extend(x[:, t], naive)
             y_abs = model.decode_absorbed(x[:, t], absorbed)
-            assert y_naive.shape == (B, model.cfg.d_model)
+            assert y_naive.shape == (B, model.cfg.n_embd)
             torch.testing.assert_close(y_naive, ref[:, t], rtol=0, atol=1e-12)
             torch.testing.assert_close(y_abs, ref[:, t], rtol=0, atol=1e-12)
     assert naive.length == absorbed.length == T
@@ -60,7 +60,7 @@ def test_prefill_and_both_decodes_match_forward(overrides):
 
 def test_float32_decode_agrees_to_rounding():
     model = make(dtype=torch.float32)
-    x = torch.randn(3, 8, model.cfg.d_model)
+    x = torch.randn(3, 8, model.cfg.n_embd)
     with torch.no_grad():
         ref = model(x)
         cache = model.new_cache(3)
@@ -71,7 +71,7 @@ def test_float32_decode_agrees_to_rounding():
 
 def test_chunked_prefill_and_multi_token_absorbed_decode():
     model = make()
-    x = torch.randn(2, 11, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(2, 11, model.cfg.n_embd, dtype=torch.float64)
     with torch.no_grad():
         ref = model(x)
         cache = model.new_cache(2)
@@ -82,7 +82,7 @@ def test_chunked_prefill_and_multi_token_absorbed_decode():
 
 def test_forward_is_causal():
     model = make()
-    x = torch.randn(1, 8, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(1, 8, model.cfg.n_embd, dtype=torch.float64)
     x2 = x.clone()
     x2[:, 5:] = torch.randn_like(x2[:, 5:])
     with torch.no_grad():
@@ -94,7 +94,7 @@ def test_absorbed_decode_never_decompresses_the_cache():
     model = make()
     calls = []
     model.kv_b_proj.register_forward_hook(lambda *a: calls.append(1))
-    x = torch.randn(2, 5, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(2, 5, model.cfg.n_embd, dtype=torch.float64)
     with torch.no_grad():
         cache = model.new_cache(2)
         for t in range(5):
@@ -133,7 +133,7 @@ def test_published_cache_sizes():
 
 @pytest.mark.parametrize("field, value", [
     ("qk_rope_head_dim", 5), ("qk_rope_head_dim", 0), ("kv_lora_rank", 0), ("kv_lora_rank", -4),
-    ("q_lora_rank", 0), ("n_heads", 0), ("d_model", -1), ("v_head_dim", 0), ("qk_nope_head_dim", 0),
+    ("q_lora_rank", 0), ("n_heads", 0), ("n_embd", -1), ("v_head_dim", 0), ("qk_nope_head_dim", 0),
     ("max_len", 0), ("rope_theta", 0.0), ("n_heads", 2.0), ("norm_eps", 0.0),
 ])
 def test_config_rejects_bad_values(field, value):
@@ -143,7 +143,7 @@ def test_config_rejects_bad_values(field, value):
 
 def test_writing_past_max_len_raises():
     model = make()
-    x = torch.randn(1, 5, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(1, 5, model.cfg.n_embd, dtype=torch.float64)
     cache = model.new_cache(1, max_len=4)
     with pytest.raises(ValueError, match="max_len"):
         model.prefill(x, cache)
@@ -164,10 +164,10 @@ def test_writing_past_max_len_raises():
 
 def test_bad_shapes_raise():
     model = make()
-    with pytest.raises(ValueError, match="d_model"):
-        model(torch.randn(1, 3, model.cfg.d_model + 1, dtype=torch.float64))
+    with pytest.raises(ValueError, match="n_embd"):
+        model(torch.randn(1, 3, model.cfg.n_embd + 1, dtype=torch.float64))
     with pytest.raises(ValueError, match="batch"):
-        model.decode_absorbed(torch.randn(2, model.cfg.d_model, dtype=torch.float64), model.new_cache(1))
+        model.decode_absorbed(torch.randn(2, model.cfg.n_embd, dtype=torch.float64), model.new_cache(1))
     cache = LatentCache(2, 4, 3, 2)
     with pytest.raises(ValueError, match="c_kv"):
         cache.extend(torch.zeros(2, 1, 4), torch.zeros(2, 1, 2))
@@ -177,7 +177,7 @@ def test_bad_shapes_raise():
     with pytest.raises(ValueError, match="max_len"):
         LatentCache(1, 0, 3, 2)
     with pytest.raises(ValueError, match="cache must be a LatentCache"):
-        model(torch.randn(1, 1, model.cfg.d_model, dtype=torch.float64),
+        model(torch.randn(1, 1, model.cfg.n_embd, dtype=torch.float64),
               cache=KVCache(1, model.cfg.n_heads, 4, model.cfg.v_head_dim, dtype=torch.float64))
 
 
@@ -206,7 +206,7 @@ def test_forward_with_a_cache_continues_the_sequence(absorb):
     the training form; one token goes through the absorbed form when ``absorb`` is set."""
     model = make()
     model.absorb = absorb
-    x = torch.randn(2, 10, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(2, 10, model.cfg.n_embd, dtype=torch.float64)
     paths = []
     model.decode_absorbed = (lambda f: lambda *a: paths.append("absorbed") or f(*a))(model.decode_absorbed)
     model.extend = (lambda f: lambda *a: paths.append("naive") or f(*a))(model.extend)
@@ -240,7 +240,7 @@ def mla_moe_gpt(seed=0):
 
     torch.manual_seed(seed)
     mla = MLAConfig(**{**SMALL, "max_len": GPT_CFG.block_size})
-    moe = MoEConfig(d_model=GPT_CFG.n_embd, n_routed_experts=4, n_shared_experts=1, top_k=2,
+    moe = MoEConfig(n_embd=GPT_CFG.n_embd, n_routed_experts=4, n_shared_experts=1, top_k=2,
                     d_expert=8)
     return GPT(GPT_CFG, mixer=lambda c, i: MLA(mla), mlp=lambda c, i: MoE(moe)).double().eval()
 
@@ -298,7 +298,7 @@ def test_matches_transformers_deepseek_v3_attention(q_lora_rank, rope_interleave
     hf_cfg._attn_implementation = "eager"
     hf_attn = DeepseekV3Attention(hf_cfg, layer_idx=0).eval()
 
-    cfg = MLAConfig(d_model=64, n_heads=4, q_lora_rank=q_lora_rank, kv_lora_rank=16, qk_nope_head_dim=8,
+    cfg = MLAConfig(n_embd=64, n_heads=4, q_lora_rank=q_lora_rank, kv_lora_rank=16, qk_nope_head_dim=8,
                     qk_rope_head_dim=4, v_head_dim=8, rope_theta=500.0, max_len=64,
                     rope_interleave=rope_interleave)
     ours = make(seed=1, dtype=torch.float32, **dataclasses.asdict(cfg))
@@ -329,7 +329,7 @@ from gpt2k3.layers.mla import compare_decodes  # noqa: E402
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 def test_compare_decodes_reports_agreement(dtype, tol):
     model = make(dtype=dtype)
-    x = torch.randn(2, 12, model.cfg.d_model, dtype=dtype)
+    x = torch.randn(2, 12, model.cfg.n_embd, dtype=dtype)
     diffs = compare_decodes(model, x, n_prefill=3)
     assert set(diffs) == {"naive_vs_absorbed", "naive_vs_forward", "absorbed_vs_forward", "scale"}
     assert diffs["scale"] > 0.01
@@ -339,7 +339,7 @@ def test_compare_decodes_reports_agreement(dtype, tol):
 
 def test_compare_decodes_sees_a_broken_absorption():
     model = make()
-    x = torch.randn(1, 6, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(1, 6, model.cfg.n_embd, dtype=torch.float64)
     original = model.up_weights
     model.up_weights = lambda: tuple(w * 1.1 for w in original())  # corrupt only the absorbed path
     assert compare_decodes(model, x)["naive_vs_absorbed"] > 1e-3
@@ -347,7 +347,7 @@ def test_compare_decodes_sees_a_broken_absorption():
 
 def test_compare_decodes_validates():
     model = make()
-    x = torch.randn(1, 4, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(1, 4, model.cfg.n_embd, dtype=torch.float64)
     for bad in (0, 4, 1.0):
         with pytest.raises(ValueError, match="n_prefill"):
             compare_decodes(model, x, n_prefill=bad)
@@ -363,7 +363,7 @@ def test_published_configs_agree_with_the_specs(spec, published):
 
 
 def test_from_spec_and_layer_count_agree_with_the_accounting():
-    spec = ArchSpec(name="small mla", vocab_size=50, n_layer=3, d_model=32, n_head=4, bias=False,
+    spec = ArchSpec(name="small mla", vocab_size=50, n_layer=3, n_embd=32, n_head=4, bias=False,
                     norm="rmsnorm", mlp="swiglu", position="rope", attention="mla",
                     **{k: SMALL[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                              "qk_rope_head_dim", "v_head_dim")})

@@ -7,7 +7,7 @@ import torch
 from gpt2k3.layers.moe import MoE, MoEConfig, Router
 from gpt2k3.layers.mlp import SwiGLU
 
-BASE = dict(d_model=16, n_routed_experts=8, n_shared_experts=1, top_k=2, d_expert=12,
+BASE = dict(n_embd=16, n_routed_experts=8, n_shared_experts=1, top_k=2, d_expert=12,
             score_func="sigmoid", norm_topk_prob=True, routed_scaling_factor=2.5)
 
 
@@ -34,14 +34,14 @@ VARIANTS = [
 @pytest.mark.parametrize("overrides", VARIANTS)
 def test_vectorised_equals_loop_reference(overrides):
     model = make(**overrides)
-    x = torch.randn(3, 7, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(3, 7, model.cfg.n_embd, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(model(x), model.forward_loop_reference(x), rtol=0, atol=1e-12)
 
 
 def test_gradients_flow_to_experts_and_router():
     model = make()
-    x = torch.randn(2, 5, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(2, 5, model.cfg.n_embd, dtype=torch.float64)
     model(x).square().sum().backward()
     assert model.gate.weight.grad is not None and model.gate.weight.grad.abs().sum() > 0
     used = torch.nonzero(model.last_load).flatten().tolist()
@@ -53,7 +53,7 @@ def test_gradients_flow_to_experts_and_router():
 @pytest.mark.parametrize("score_func", ["softmax", "sigmoid"])
 def test_normalised_weights_sum_to_scaling_factor(score_func):
     model = make(score_func=score_func, routed_scaling_factor=2.5, top_k=3)
-    weights, indices = model.gate(torch.randn(50, model.cfg.d_model, dtype=torch.float64))
+    weights, indices = model.gate(torch.randn(50, model.cfg.n_embd, dtype=torch.float64))
     assert weights.shape == indices.shape == (50, 3)
     torch.testing.assert_close(weights.sum(-1), torch.full((50,), 2.5, dtype=torch.float64))
     assert (weights > 0).all()
@@ -62,14 +62,14 @@ def test_normalised_weights_sum_to_scaling_factor(score_func):
 
 def test_unnormalised_weights_are_scaled_scores():
     model = make(norm_topk_prob=False, routed_scaling_factor=3.0)
-    x = torch.randn(20, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(20, model.cfg.n_embd, dtype=torch.float64)
     weights, indices = model.gate(x)
     torch.testing.assert_close(weights, 3.0 * model.gate.scores(x).gather(1, indices))
 
 
 def test_correction_bias_changes_selection_not_weights():
     model = make()
-    x = torch.randn(40, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(40, model.cfg.n_embd, dtype=torch.float64)
     scores = model.gate.scores(x)
     with torch.no_grad():
         model.gate.e_score_correction_bias.zero_()
@@ -82,7 +82,7 @@ def test_correction_bias_changes_selection_not_weights():
 
 def test_softmax_router_ignores_correction_bias():
     model = make(score_func="softmax")
-    x = torch.randn(30, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(30, model.cfg.n_embd, dtype=torch.float64)
     before = model.gate(x)
     with torch.no_grad():
         model.gate.e_score_correction_bias.zero_()
@@ -93,7 +93,7 @@ def test_softmax_router_ignores_correction_bias():
 
 def test_group_limited_routing_uses_at_most_topk_group_groups():
     model = make(n_routed_experts=16, n_group=4, topk_group=2, top_k=4)
-    _, indices = model.gate(torch.randn(200, model.cfg.d_model, dtype=torch.float64))
+    _, indices = model.gate(torch.randn(200, model.cfg.n_embd, dtype=torch.float64))
     groups_used = [len({i // 4 for i in row}) for row in indices.tolist()]
     assert max(groups_used) <= 2
 
@@ -101,7 +101,7 @@ def test_group_limited_routing_uses_at_most_topk_group_groups():
 def test_load_stats():
     model = make(top_k=3)
     B, T = 4, 9
-    x = torch.randn(B, T, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(B, T, model.cfg.n_embd, dtype=torch.float64)
     load = model.load_stats(x)
     assert load.shape == (model.cfg.n_routed_experts,)
     assert load.sum().item() == B * T * 3
@@ -127,7 +127,7 @@ def test_swiglu_definition():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("top_k", 9), ("top_k", 0), ("n_routed_experts", 0), ("d_model", -2), ("d_expert", 0),
+    ("top_k", 9), ("top_k", 0), ("n_routed_experts", 0), ("n_embd", -2), ("d_expert", 0),
     ("n_shared_experts", -1), ("score_func", "relu"), ("routed_scaling_factor", 0.0),
     ("n_group", 3), ("topk_group", 2), ("norm_topk_prob", 1),
 ])
@@ -143,10 +143,10 @@ def test_group_config_rejects_too_few_eligible_experts():
 
 def test_bad_input_shape_raises():
     model = make()
-    with pytest.raises(ValueError, match="d_model"):
+    with pytest.raises(ValueError, match="n_embd"):
         model(torch.randn(2, 3, 5, dtype=torch.float64))
     with pytest.raises(ValueError, match="x must"):
-        model.load_stats(torch.randn(6, model.cfg.d_model, dtype=torch.float64))
+        model.load_stats(torch.randn(6, model.cfg.n_embd, dtype=torch.float64))
 
 
 def test_published_configs_are_valid():
@@ -167,7 +167,7 @@ def test_matches_transformers_deepseek_v3_moe(n_group, topk_group, norm):
         routed_scaling_factor=2.5, hidden_act="silu",
     )
     hf = DeepseekV3MoE(hf_cfg).eval()
-    ours = make(seed=3, dtype=torch.float32, d_model=D, n_routed_experts=E, n_shared_experts=S, top_k=k,
+    ours = make(seed=3, dtype=torch.float32, n_embd=D, n_routed_experts=E, n_shared_experts=S, top_k=k,
                 d_expert=I, score_func="sigmoid", norm_topk_prob=norm, routed_scaling_factor=2.5,
                 n_group=n_group, topk_group=topk_group)
     with torch.no_grad():
@@ -201,7 +201,7 @@ from gpt2k3.archs import DEEPSEEK_V3, KIMI_K2  # noqa: E402
 @pytest.mark.parametrize("score_func", ["softmax", "sigmoid"])
 def test_assignment_is_the_dense_routing_matrix(score_func):
     model = make(score_func=score_func, top_k=3)
-    x = torch.randn(30, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(30, model.cfg.n_embd, dtype=torch.float64)
     a = model.gate.assignment(x)
     weights, indices = model.gate(x)
     assert a.shape == (30, model.cfg.n_routed_experts)
@@ -215,16 +215,16 @@ def test_assignment_is_the_dense_routing_matrix(score_func):
                                              (KIMI_K2, MoEConfig.kimi_k2())],
                          ids=["DeepSeek-V3", "Kimi K2"])
 def test_published_configs_agree_with_the_specs(spec, published):
-    assert (published.d_model, published.n_routed_experts, published.n_shared_experts,
+    assert (published.n_embd, published.n_routed_experts, published.n_shared_experts,
             published.top_k, published.d_expert) == (
-        spec.d_model, spec.n_routed_experts, spec.n_shared_experts, spec.top_k, spec.d_expert)
+        spec.n_embd, spec.n_routed_experts, spec.n_shared_experts, spec.top_k, spec.d_expert)
 
 
 def test_module_parameters_agree_with_the_accounting():
-    spec = ArchSpec(name="small moe", vocab_size=50, n_layer=4, d_model=16, n_head=2, d_ff=40,
+    spec = ArchSpec(name="small moe", vocab_size=50, n_layer=4, n_embd=16, n_head=2, d_ff=40,
                     bias=False, norm="rmsnorm", mlp="swiglu", position="rope",
                     n_routed_experts=8, n_shared_experts=2, top_k=3, d_expert=12, first_k_dense=1)
-    layer = MoE(MoEConfig(d_model=16, n_routed_experts=8, n_shared_experts=2, top_k=3, d_expert=12))
+    layer = MoE(MoEConfig(n_embd=16, n_routed_experts=8, n_shared_experts=2, top_k=3, d_expert=12))
     c = count_params(spec)
     n_moe = spec.n_moe_layers
     assert c.detail["router"] == n_moe * layer.gate.weight.numel()
@@ -375,7 +375,7 @@ def test_quantile_balancing_balances_a_skewed_router_where_the_sign_rule_does_no
     n, k, m = 64, 4, 4096
     g = torch.Generator().manual_seed(0)
     batch = _skewed_scores(m, n, 1.5, g)
-    router = Router(MoEConfig(d_model=1, n_routed_experts=n, n_shared_experts=0, top_k=k,
+    router = Router(MoEConfig(n_embd=1, n_routed_experts=n, n_shared_experts=0, top_k=k,
                               d_expert=1)).double()
     qb = hb = torch.zeros(n, dtype=torch.float64)
     q = m * k / n
@@ -430,7 +430,7 @@ def test_update_bias_refuses_a_load_of_the_wrong_shape():
 def test_dense_dispatch_equals_the_sorted_dispatch():
     """The decode step's form (every expert on every token, no host read) equals the batched one."""
     model = make()
-    x = torch.randn(20, model.cfg.d_model, dtype=torch.float64)
+    x = torch.randn(20, model.cfg.n_embd, dtype=torch.float64)
     with torch.no_grad():
         w, i = model.gate(x)
         torch.testing.assert_close(dispatch_dense(x, w, i, model.experts),

@@ -24,7 +24,7 @@ from gpt2k3.experiments.text_lm import TextModelConfig
 from gpt2k3.layers.attention import CausalSelfAttention
 
 A, B, C = muon.NS_COEFFICIENTS
-TINY = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=32, max_context=64)
+TINY = TextModelConfig(n_layer=2, n_embd=32, n_head=2, context=32, max_context=64)
 DATA = corpus.encode("In the beginning God created the heaven and the earth. " * 60, torch.uint8)
 
 

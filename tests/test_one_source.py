@@ -133,8 +133,8 @@ def test_published_layer_configs_derive_from_archs():
     for spec, mla, moe in ((DEEPSEEK_V3, MLAConfig.deepseek_v3(), MoEConfig.deepseek_v3()),
                            (KIMI_K2, MLAConfig.kimi_k2(), MoEConfig.kimi_k2())):
         assert mla == MLAConfig.from_spec(spec, rope_theta=mla.rope_theta)
-        assert (mla.d_model, mla.n_heads, mla.kv_lora_rank, mla.max_len) == (
-            spec.d_model, spec.n_head, spec.kv_lora_rank, spec.max_positions)
+        assert (mla.n_embd, mla.n_heads, mla.kv_lora_rank, mla.max_len) == (
+            spec.n_embd, spec.n_head, spec.kv_lora_rank, spec.max_positions)
         assert moe == MoEConfig.from_spec(spec, routed_scaling_factor=moe.routed_scaling_factor,
                                           n_group=moe.n_group, topk_group=moe.topk_group)
         assert (moe.n_routed_experts, moe.top_k, moe.d_expert, moe.n_shared_experts) == (

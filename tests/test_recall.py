@@ -19,7 +19,7 @@ from gpt2k3.experiments.recall import MIXERS, ModelConfig, TrainConfig
 from gpt2k3.experiments.mqar import MQARConfig, mqar
 from gpt2k3.book.widgets.recall import VARIANTS
 
-TINY = ModelConfig(d_model=32, n_layer=2, n_head=2, chunk_size=8)
+TINY = ModelConfig(n_embd=32, n_layer=2, n_head=2, chunk_size=8)
 TASKS = [MQARConfig(n_pairs=2, vocab_size=32), MQARConfig(n_pairs=4, vocab_size=32)]
 
 
@@ -47,13 +47,13 @@ def test_every_block_gets_the_mixer_with_a_short_convolution(mixer):
             assert isinstance(block.attn.c_attn, recall.ConvProjection)
         else:
             assert block.attn.conv_size == TINY.conv_size
-    plain = recall.build_model(mixer, TASKS, ModelConfig(d_model=32, n_head=2, conv="none"))
+    plain = recall.build_model(mixer, TASKS, ModelConfig(n_embd=32, n_head=2, conv="none"))
     assert not any(isinstance(m, (recall.ConvProjection, nn.Conv1d)) for m in plain.modules())
     assert not any(type(m).__name__ == "ShortConv" for m in plain.modules())
 
 
 def test_softmax_without_convolution_is_gpt2_exactly():
-    net = recall.build_model("softmax", TASKS, ModelConfig(d_model=32, n_head=2, conv="native"))
+    net = recall.build_model("softmax", TASKS, ModelConfig(n_embd=32, n_head=2, conv="native"))
     assert all(type(b.attn) is CausalSelfAttention for b in net.transformer.h)
     assert isinstance(net.transformer.h[0].attn.c_attn, nn.Linear)
 
@@ -75,7 +75,7 @@ def test_models_are_causal(mixer):
 def test_chunk_size_changes_nothing_but_speed(mixer):
     x = mqar(TASKS[-1], 2, seed=0).inputs
     with torch.no_grad():
-        outs = [recall.build_model(mixer, TASKS, ModelConfig(d_model=32, n_head=2, chunk_size=c))(x)
+        outs = [recall.build_model(mixer, TASKS, ModelConfig(n_embd=32, n_head=2, chunk_size=c))(x)
                 for c in (3, 8, 64)]
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(outs[0], outs[2], rtol=1e-4, atol=1e-4)
@@ -83,7 +83,7 @@ def test_chunk_size_changes_nothing_but_speed(mixer):
 
 def test_init_options():
     fan_in = recall.build_model("deltanet", TASKS, TINY)
-    gpt2 = recall.build_model("deltanet", TASKS, ModelConfig(d_model=32, n_head=2, init="gpt2"))
+    gpt2 = recall.build_model("deltanet", TASKS, ModelConfig(n_embd=32, n_head=2, init="gpt2"))
     w = fan_in.transformer.h[0].attn.q_proj.weight
     assert abs(w.std().item() - 32 ** -0.5) < 0.03
     assert abs(gpt2.transformer.h[0].attn.q_proj.weight.std().item() - 0.02) < 0.005
@@ -99,7 +99,7 @@ def test_init_options():
 def test_slow_gate_init_starts_out_remembering(mixer):
     x = torch.randn(2, 10, 32, generator=torch.Generator().manual_seed(0))
     slow = recall.build_model(mixer, TASKS, TINY).transformer.h[0].attn
-    layer = recall.build_model(mixer, TASKS, ModelConfig(d_model=32, n_head=2, gate_init="layer"))
+    layer = recall.build_model(mixer, TASKS, ModelConfig(n_embd=32, n_head=2, gate_init="layer"))
     with torch.no_grad():
         la_slow = slow.log_alpha(x)
         la_layer = layer.transformer.h[0].attn.log_alpha(x)
@@ -109,17 +109,17 @@ def test_slow_gate_init_starts_out_remembering(mixer):
 
 
 def test_state_numbers():
-    m = ModelConfig(d_model=64, n_head=4, conv="none")
+    m = ModelConfig(n_embd=64, n_head=4, conv="none")
     assert recall.state_numbers("softmax", m, 100) == 2 * 100 * 64
     assert recall.state_numbers("linear", m, 100) == 4 * (16 * 16 + 16)
     for mixer in ("deltanet", "gated_deltanet", "kda"):
         assert recall.state_numbers(mixer, m, 100) == recall.state_numbers(mixer, m, 10**6) == 4 * 16 * 16
     # with the short convolution (kernel 4) every mixer also keeps 3 inputs of q, k and v
     tail = 3 * 3 * 64
-    m = ModelConfig(d_model=64, n_head=4, conv="all", conv_size=4)
+    m = ModelConfig(n_embd=64, n_head=4, conv="all", conv_size=4)
     assert recall.state_numbers("softmax", m, 100) == 2 * 100 * 64 + tail
     assert recall.state_numbers("linear", m, 100) == 4 * (16 * 16 + 16) + tail
-    native = ModelConfig(d_model=64, n_head=4, conv="native", conv_size=4)
+    native = ModelConfig(n_embd=64, n_head=4, conv="native", conv_size=4)
     assert recall.state_numbers("softmax", native, 100) == 2 * 100 * 64
     assert recall.state_numbers("kda", native, 100) == 4 * 16 * 16 + tail
 
@@ -214,8 +214,8 @@ def test_lr_schedule_and_checkpoints():
     (lambda: recall.build_model("softmax", []), "tasks"),
     (lambda: recall.build_model("softmax", [TASKS[0], TASKS[0]]), "n_pairs"),
     (lambda: recall.build_model("softmax", [TASKS[0], MQARConfig(n_pairs=3, vocab_size=64)]), "vocab_size"),
-    (lambda: recall.build_model("softmax", TASKS, model={"d_model": 32}), "model"),
-    (lambda: ModelConfig(d_model=30, n_head=4), "divisible"),
+    (lambda: recall.build_model("softmax", TASKS, model={"n_embd": 32}), "model"),
+    (lambda: ModelConfig(n_embd=30, n_head=4), "divisible"),
     (lambda: ModelConfig(conv="both"), "conv"),
     (lambda: ModelConfig(gate_init="fast"), "gate_init"),
     (lambda: ModelConfig(init="xavier"), "init"),

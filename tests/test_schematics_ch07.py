@@ -9,7 +9,7 @@ from gpt2k3.layers.moe import MoEConfig, Router
 
 
 def test_routing_schematic_draws_the_routers_choice():
-    fig = routing_schematic(n_experts=8, top_k=2, d_model=16, seed=0)
+    fig = routing_schematic(n_experts=8, top_k=2, n_embd=16, seed=0)
     scores = torch.tensor(fig.scores)
     assert len(fig.scores) == 8 and len(fig.picked) == 2
     # the picked experts are the two highest scores (no bias yet), the weights their share
@@ -22,9 +22,9 @@ def test_routing_schematic_draws_the_routers_choice():
 
 
 def test_routing_schematic_is_the_router_on_one_token():
-    fig = routing_schematic(n_experts=6, top_k=3, d_model=4, seed=3)
+    fig = routing_schematic(n_experts=6, top_k=3, n_embd=4, seed=3)
     gen = torch.Generator().manual_seed(3)
-    router = Router(MoEConfig(d_model=4, n_routed_experts=6, n_shared_experts=0, top_k=3,
+    router = Router(MoEConfig(n_embd=4, n_routed_experts=6, n_shared_experts=0, top_k=3,
                               d_expert=1, score_func="sigmoid")).double()
     with torch.no_grad():
         router.weight.copy_(torch.randn(6, 4, generator=gen, dtype=torch.float64) * 4 ** -0.5)
@@ -34,7 +34,7 @@ def test_routing_schematic_is_the_router_on_one_token():
 
 
 @pytest.mark.parametrize("kw", [{"top_k": 8}, {"n_experts": 1}, {"seed": -1}, {"top_k": True},
-                                {"d_model": 2.0}])
+                                {"n_embd": 2.0}])
 def test_routing_schematic_rejects_bad_arguments(kw):
     with pytest.raises(ValueError, match=next(iter(kw))):
         routing_schematic(**kw)

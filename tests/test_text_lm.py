@@ -20,7 +20,7 @@ from gpt2k3.layers.deltanet import KDA, DeltaNet, GatedDeltaNet
 from gpt2k3.layers.linear_attention import LinearAttention
 from gpt2k3.experiments.text_lm import MIXERS, ConvMixer, TextModelConfig, TextTrainConfig
 
-TINY = TextModelConfig(n_layer=4, d_model=32, n_head=2, context=32, max_context=128, chunk_size=16)
+TINY = TextModelConfig(n_layer=4, n_embd=32, n_head=2, context=32, max_context=128, chunk_size=16)
 TRAIN = TextTrainConfig(steps=30, batch_size=4, lr=3e-3, warmup=3, eval_every=10,
                         curve_windows=4, eval_windows=2)
 # A small, very regular corpus: a model that learns anything at all drops well below 8 bits.
@@ -65,8 +65,8 @@ def test_every_model_has_its_mixers_and_positions(mixer):
     assert net.config.vocab_size == 256
     if mixer in ("softmax", "gpt2_fan_in"):  # GPT-2: learned table of `context` rows, 4 d MLP, tied head
         assert net.config.position == "learned" and net.config.block_size == TINY.context
-        assert net.transformer.wpe.weight.shape == (TINY.context, TINY.d_model)
-        assert net.transformer.h[0].mlp.c_fc.out_features == 4 * TINY.d_model
+        assert net.transformer.wpe.weight.shape == (TINY.context, TINY.n_embd)
+        assert net.transformer.h[0].mlp.c_fc.out_features == 4 * TINY.n_embd
         assert net.lm_head.weight is net.transformer.wte.weight
     else:
         assert net.config.position == "none" and net.config.block_size == TINY.max_context
@@ -285,7 +285,7 @@ def test_the_shipped_gpt2_loads_and_writes_what_the_results_record():
     (lambda: text_lm.train("softmax", "corpus", TINY, TRAIN), "data must be"),
     (lambda: text_lm.train("softmax", CORPUS, TINY, "fast"), "config must be"),
     (lambda: TextModelConfig(context=100, max_context=250), "multiple of context"),
-    (lambda: TextModelConfig(d_model=30, n_head=4), "divisible"),
+    (lambda: TextModelConfig(n_embd=30, n_head=4), "divisible"),
     (lambda: TextTrainConfig(lr=0), "lr"),
     (lambda: text_lm.param_counts(nn.Linear(2, 2)), "model must be a GPT"),
     (lambda: checkpoint.checkpoint_path("../x.pt"), "plain file name"),
@@ -386,9 +386,9 @@ def test_transformer_pp_equals_hugging_face_llama():
     """Transformer++ is Llama: with its weights loaded into transformers' LlamaForCausalLM (an
     independent implementation of RoPE, RMSNorm and SwiGLU), the logits agree."""
     transformers = pytest.importorskip("transformers")
-    tiny = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=32, max_context=128, chunk_size=16)
+    tiny = TextModelConfig(n_layer=2, n_embd=32, n_head=2, context=32, max_context=128, chunk_size=16)
     net = text_lm.build_model("transformer_pp", tiny, seed=0).eval()
-    d, hidden = tiny.d_model, net.transformer.h[0].mlp.gate_proj.out_features
+    d, hidden = tiny.n_embd, net.transformer.h[0].mlp.gate_proj.out_features
     cfg = transformers.LlamaConfig(
         vocab_size=256, hidden_size=d, intermediate_size=hidden, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6,
@@ -450,7 +450,7 @@ def test_a_model_that_reads_only_the_current_byte_scores_both_copies_alike():
     A model with attention sees the first copy and scores the second differently."""
     stream, copy, _ = _repeat_stream()
     repeats = text.find_repeats(stream, 32, 128)
-    model = TextModelConfig(n_layer=2, d_model=32, n_head=2, context=128, max_context=256)
+    model = TextModelConfig(n_layer=2, n_embd=32, n_head=2, context=128, max_context=256)
     bigram_only = text_lm.build_model("softmax", model, seed=0)
     with torch.no_grad():
         for b in bigram_only.transformer.h:
@@ -696,8 +696,8 @@ def test_previous_byte_attention_by_hand():
     net = text_lm.build_model("softmax", TINY, seed=0)
     with torch.no_grad():
         for b in net.transformer.h:
-            b.attn.c_attn.weight[: 2 * TINY.d_model].zero_()
-            b.attn.c_attn.bias[: 2 * TINY.d_model].zero_()
+            b.attn.c_attn.weight[: 2 * TINY.n_embd].zero_()
+            b.attn.c_attn.bias[: 2 * TINY.n_embd].zero_()
     bins = [(1, 4), (4, 16), (16, 32)]
     x = torch.randint(0, 256, (3, 32), generator=torch.Generator().manual_seed(0))
     got = text_lm.previous_byte_attention(net, x, bins)
@@ -729,7 +729,7 @@ def test_gpt2_starts_change_only_what_they_name():
         else:
             assert changed and all(k.endswith("weight") for k in changed)
             w = net.transformer.h[0].mlp.c_fc.weight
-            assert float(w.detach().std()) == pytest.approx(TINY.d_model ** -0.5, rel=0.1)
+            assert float(w.detach().std()) == pytest.approx(TINY.n_embd ** -0.5, rel=0.1)
 
 
 def test_the_longer_runs_figures_read_the_benchmarks_file(tiny_results):

@@ -58,8 +58,8 @@ _GPT2_SOURCE = ("Radford et al. 2019, 'Language Models are Unsupervised Multitas
                 "sizes from the released checkpoints' config.json")
 
 
-def _gpt2(name: str, n_layer: int, n_head: int, d_model: int) -> ArchSpec:
-    return ArchSpec(name=name, vocab_size=50257, n_layer=n_layer, d_model=d_model, n_head=n_head,
+def _gpt2(name: str, n_layer: int, n_head: int, n_embd: int) -> ArchSpec:
+    return ArchSpec(name=name, vocab_size=50257, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                     max_positions=1024, bias=True, norm="layernorm", tied_embeddings=True,
                     source=_GPT2_SOURCE)
 
@@ -73,7 +73,7 @@ GPT2_FAMILY = (GPT2_SMALL, GPT2_MEDIUM, GPT2_LARGE, GPT2_XL)
 #: DeepSeek-V3 (671B total, 37B activated): MLA in every layer, 3 dense layers then 58 MoE
 #: layers of 256 routed experts (8 per token) and 1 shared expert.
 DEEPSEEK_V3 = ArchSpec(
-    name="DeepSeek-V3", vocab_size=129280, n_layer=61, d_model=7168, n_head=128, d_ff=18432,
+    name="DeepSeek-V3", vocab_size=129280, n_layer=61, n_embd=7168, n_head=128, d_ff=18432,
     max_positions=163840, bias=False, norm="rmsnorm", tied_embeddings=False, mlp="swiglu",
     position="rope", attention="mla", q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
     qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256, n_shared_experts=1, top_k=8,
@@ -92,7 +92,7 @@ KIMI_K2 = DEEPSEEK_V3.with_(
 #: Kimi Linear 48B-A3B: 20 KDA + 7 MLA layers (3:1 hybrid, last layer MLA), 1 dense layer
 #: then 26 MoE layers of 256 routed experts (8 per token) and 1 shared expert.
 KIMI_LINEAR_48B = ArchSpec(
-    name="Kimi Linear 48B-A3B", vocab_size=163840, n_layer=27, d_model=2304, n_head=32,
+    name="Kimi Linear 48B-A3B", vocab_size=163840, n_layer=27, n_embd=2304, n_head=32,
     d_ff=9216, max_positions=1048576, bias=False, norm="rmsnorm", tied_embeddings=False,
     mlp="swiglu", position="none", attention="mla", q_lora_rank=None, kv_lora_rank=512,
     qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
@@ -197,7 +197,7 @@ def _k3(field: str):
 #: the vision_config of moonshotai/Kimi-K3, equal to SGLang 0.5.23's KimiK3VisionConfig
 #: defaults.
 KIMI_K3_VISION = VisionTower(
-    n_layer=27, d_model=1024, n_head=12, qkv_dim=1536, d_ff=4096, patch_size=14,
+    n_layer=27, n_embd=1024, n_head=12, qkv_dim=1536, d_ff=4096, patch_size=14,
     pos_emb_height=64, pos_emb_width=64, merge_kernel=(2, 2), in_channels=3,
     source=("vision_config of moonshotai/Kimi-K3 (vt_num_hidden_layers 27, vt_hidden_size 1024, "
             "vt_num_attention_heads 12, qkv_hidden_size 1536, vt_intermediate_size 4096, "
@@ -209,7 +209,7 @@ KIMI_K3_VISION = VisionTower(
 #: experts (16 per token) and 2 shared experts, Attention Residuals in blocks of 12.
 KIMI_K3 = ArchSpec(
     name="Kimi K3", vocab_size=_k3("vocab_size"), n_layer=_k3("num_hidden_layers"),
-    d_model=_k3("hidden_size"), n_head=_k3("num_attention_heads"),
+    n_embd=_k3("hidden_size"), n_head=_k3("num_attention_heads"),
     d_ff=_k3("intermediate_size"), max_positions=_k3("max_position_embeddings"), bias=False,
     norm="rmsnorm", tied_embeddings=_k3("tie_word_embeddings"), mlp=_k3("hidden_act"),
     position="none", attention="mla", q_lora_rank=_k3("q_lora_rank"),
@@ -380,7 +380,7 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
     k3 = KIMI_K3
     gpt2_big = GPT2_SMALL.with_(
         name="GPT-2 at K3's sizes", vocab_size=k3.vocab_size, n_layer=k3.n_layer,
-        d_model=k3.d_model, n_head=k3.n_head, d_head=k3.v_head_dim,
+        n_embd=k3.n_embd, n_head=k3.n_head, d_head=k3.v_head_dim,
         max_positions=k3.max_positions)
     positions = gpt2_big.with_(name="+ no positions (NoPE)", position="none")
     norms = positions.with_(name="+ RMSNorm, no biases", norm="rmsnorm", bias=False)
@@ -417,7 +417,7 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
         ("FFN → MoE", f"dense → {k3.n_routed_experts:,} experts, top-{k3.top_k}, "
                       f"{k3.n_shared_experts} shared", moe),
         ("latent experts", f"routed experts at width {k3.moe_latent_dim:,}, not "
-                           f"{k3.d_model:,}", latent),
+                           f"{k3.n_embd:,}", latent),
         ("output gates", "a sigmoid gate on MLA; KDA's gate full-rank", gates),
         ("bounded decay", f"KDA's log-decay floored at {k3.kda_gate_lower_bound:g}", bounded),
         ("SiTU-GLU", "SwiGLU → SiTU-GLU (clipped)", situ),
@@ -429,7 +429,7 @@ def gpt2_to_k3_steps() -> list[tuple[str, str, ArchSpec]]:
 def spec_from_gpt_config(config, name: str = "custom") -> ArchSpec:
     """The :class:`ArchSpec` of a :class:`gpt2k3.config.GPTConfig` (to count a model we can build)."""
     return ArchSpec(name=name, vocab_size=config.vocab_size, n_layer=config.n_layer,
-                    d_model=config.n_embd, n_head=config.n_head, max_positions=config.block_size,
+                    n_embd=config.n_embd, n_head=config.n_head, max_positions=config.block_size,
                     bias=config.bias, norm="layernorm", tied_embeddings=True)
 
 

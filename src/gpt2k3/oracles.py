@@ -95,12 +95,12 @@ def _config_args(spec: ArchSpec) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"{spec.name}: a GPT-2 config needs LayerNorm with bias, learned "
                              "positions, a tied head and the default head and MLP widths")
         return "GPT2Config", dict(vocab_size=spec.vocab_size, n_positions=spec.max_positions,
-                                  n_embd=spec.d_model, n_layer=spec.n_layer, n_head=spec.n_head)
+                                  n_embd=spec.n_embd, n_layer=spec.n_layer, n_head=spec.n_head)
     if (spec.attention, spec.mlp, spec.norm, spec.bias, spec.tied_embeddings) != (
             "mla", "swiglu", "rmsnorm", False, False):
         raise ValueError(f"{spec.name}: only GPT-2-, DeepSeek-V3- and Kimi-Linear-shaped specs "
                          "have a transformers config here")
-    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model,
+    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.n_embd,
                   intermediate_size=spec.ffn_dim,
                   num_hidden_layers=spec.n_layer, num_attention_heads=spec.n_head,
                   num_key_value_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,

@@ -56,7 +56,7 @@ def weights_read_per_step(spec: ArchSpec, batch: int = 1) -> float:
     whole token table) and the routed experts no token picked (:func:`expected_distinct_experts`
     per MoE layer).  A float, because that expectation is not whole."""
     c = _count_params(spec)
-    d = spec.d_model
+    d = spec.n_embd
     weights = (c.total - c.detail["token embeddings"] - c.detail["position embeddings"]
                - c.detail["routed experts"])
     if spec.is_moe:

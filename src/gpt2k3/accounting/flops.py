@@ -58,7 +58,7 @@ def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True)
     plus, per KDA layer, the state update and read, ``7 * kda_n_head * Dk * Dv`` (decay 1,
     ``k^T S`` 2, rank-one write 2, ``q^T S`` 2), which does not grow with context.  Softmax,
     norms, activations, gates' elementwise products and Attention Residuals' depth mixture (a
-    few ``d_model``-long dot products and sums per sub-layer, against billions) are ignored.
+    few ``n_embd``-long dot products and sums per sub-layer, against billions) are ignored.
     """
     check_spec(spec)
     check_nonnegative_int(context_len, "context_len")

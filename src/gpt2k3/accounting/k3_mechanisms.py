@@ -81,7 +81,7 @@ class AttnResReads:
 
     @property
     def max_sources(self) -> int:
-        """The widest read: the vectors of ``d_model`` numbers a token must keep at once
+        """The widest read: the vectors of ``n_embd`` numbers a token must keep at once
         (the bank of snapshots plus the running block sum)."""
         return max(self.reads)
 
@@ -197,7 +197,7 @@ def dplr_largest_safe_chunk(lower_bound: float) -> int:
 @dataclass(frozen=True)
 class LatentMoECost:
     """What a spec's MoE costs with its routed experts at width ``latent_dim`` (0: the full
-    width ``d_model``, no projections). Whole model: ``total`` and ``active`` parameters,
+    width ``n_embd``, no projections). Whole model: ``total`` and ``active`` parameters,
     ``matmul_active`` (what a token is multiplied through), ``flops_per_token`` (decode at
     context 0, :func:`gpt2k3.accounting.flops_per_token`). One MoE layer: ``layer_total`` and
     ``layer_active`` (router, latent projections and norm, shared and routed experts)."""
@@ -223,8 +223,8 @@ def latent_moe_cost(spec: ArchSpec, latent_dim: int) -> LatentMoECost:
     if not spec.is_moe:
         raise ValueError(f"spec must have routed experts, {spec.name} has none")
     check_nonnegative_int(latent_dim, "latent_dim")
-    if latent_dim > spec.d_model:
-        raise ValueError(f"latent_dim ({latent_dim}) must be <= d_model ({spec.d_model})")
+    if latent_dim > spec.n_embd:
+        raise ValueError(f"latent_dim ({latent_dim}) must be <= n_embd ({spec.n_embd})")
     s = spec.with_(moe_latent_dim=latent_dim,
                    moe_latent_norm=bool(spec.moe_latent_norm and latent_dim))
     c = count_params(s)
@@ -253,9 +253,9 @@ def latent_moe_break_even(spec: ArchSpec, stored: bool = False) -> float:
         raise ValueError(f"stored must be a bool, got {stored!r}")
     if stored:
         ef = 3 * spec.n_routed_experts * spec.d_expert
-        return ef * spec.d_model / (ef + 2 * spec.d_model + (1 if spec.moe_latent_norm else 0))
+        return ef * spec.n_embd / (ef + 2 * spec.n_embd + (1 if spec.moe_latent_norm else 0))
     kf = 3 * spec.top_k * spec.d_expert
-    return kf * spec.d_model / (kf + 2 * spec.d_model)
+    return kf * spec.n_embd / (kf + 2 * spec.n_embd)
 
 
 def situ_factors(gate: float, up: float, beta: float = SITU_BETA,

@@ -38,7 +38,7 @@ _COARSE = {"token embeddings": "token embeddings", "position embeddings": "posit
 #: attention layers, the latent-MoE projections and their norm into ``"router"`` (the
 #: always-active front of the MoE block, beside the router; they are not routed, so
 #: ``"routed experts"`` stays exactly the experts a token may skip), the Attention-Residual
-#: query vectors and norms into ``"norms"`` (per-layer vectors of ``d_model`` numbers, used
+#: query vectors and norms into ``"norms"`` (per-layer vectors of ``n_embd`` numbers, used
 #: elementwise).  For a spec without K3's pieces the new lines are 0.
 PART_COMPONENTS = ("token embeddings", "position embeddings", "softmax attention",
                    "softmax-attention output gates", "linear attention",
@@ -101,21 +101,21 @@ class ParamCount:
 
 def _mha_layer(s: ArchSpec) -> tuple[int, int]:
     """(parameters, matmul parameters) of one MHA/GQA layer: Q, K, V and output projections."""
-    d, h, kv, dh = s.d_model, s.n_head, s.kv_heads, s.head_dim
+    d, h, kv, dh = s.n_embd, s.n_head, s.kv_heads, s.head_dim
     w = d * h * dh + 2 * d * kv * dh + h * dh * d
     b = (h * dh + 2 * kv * dh + d) if s.bias else 0
     return w + b, w
 
 
 def _mla_gate(s: ArchSpec) -> int:
-    """K3's MLA output gate ``g_proj``: ``d_model x n_head * v_head_dim`` (0 without one)."""
-    return s.d_model * s.n_head * s.v_head_dim if s.mla_output_gate else 0
+    """K3's MLA output gate ``g_proj``: ``n_embd x n_head * v_head_dim`` (0 without one)."""
+    return s.n_embd * s.n_head * s.v_head_dim if s.mla_output_gate else 0
 
 
 def _mla_layer(s: ArchSpec) -> tuple[int, int]:
     """(parameters, matmul parameters) of one MLA layer (Hugging Face's DeepseekV3Attention,
     plus K3's output gate when ``mla_output_gate``)."""
-    d, h, r, rope = s.d_model, s.n_head, s.kv_lora_rank, s.qk_rope_head_dim
+    d, h, r, rope = s.n_embd, s.n_head, s.kv_lora_rank, s.qk_rope_head_dim
     if s.q_lora_rank is None:
         q_w, q_norm = d * h * s.qk_head_dim, 0
     else:
@@ -130,7 +130,7 @@ def _mla_layer(s: ArchSpec) -> tuple[int, int]:
 def _kda_gate(s: ArchSpec) -> int:
     """KDA's output gate: K3's full-rank ``g_proj`` (``d x H Dk``) or Kimi Linear's low-rank
     ``g_a`` (``d x Dk``) and ``g_b`` (``Dk x H Dk``)."""
-    d, dk, p = s.d_model, s.kda_head_dim, s.kda_n_head * s.kda_head_dim
+    d, dk, p = s.n_embd, s.kda_head_dim, s.kda_n_head * s.kda_head_dim
     return d * p if s.kda_full_rank_gate else d * dk + dk * p
 
 
@@ -144,7 +144,7 @@ def _kda_layer(s: ArchSpec) -> tuple[int, int]:
     :func:`a_log_readings`'s other case) -- the same parameters whether the decay is bounded or not -- the write strength
     ``b_proj``, the output gate (:func:`_kda_gate`), the gated output norm and ``o_proj``.
     """
-    d, h, dk = s.d_model, s.kda_n_head, s.kda_head_dim
+    d, h, dk = s.n_embd, s.kda_n_head, s.kda_head_dim
     p = h * dk
     conv = s.kda_conv_kernel * 3 * p
     w = 3 * d * p + conv + (d * dk + dk * p) + d * h + _kda_gate(s) + p * d
@@ -158,13 +158,13 @@ def _mlp(d: int, f: int, kind: str, bias: bool) -> int:
 
 
 def _vision(spec: ArchSpec) -> dict[str, int]:
-    return spec.vision.params(spec.d_model) if spec.vision is not None else {}
+    return spec.vision.params(spec.n_embd) if spec.vision is not None else {}
 
 
 def param_parts(spec: ArchSpec) -> tuple[dict[str, int], dict[str, int], int]:
     """The core of :func:`count_params`: the parameters of ``spec`` by part
     (:data:`PART_COMPONENTS`), the active ones by part, and the matmul-active count."""
-    d, V = spec.d_model, spec.vocab_size
+    d, V = spec.n_embd, spec.vocab_size
     norm = d * (2 if spec.norm == "layernorm" and spec.bias else 1)
     attn, attn_mm = (_mla_layer if spec.attention == "mla" else _mha_layer)(spec)
     attn_gate = _mla_gate(spec) if spec.attention == "mla" else 0
@@ -378,7 +378,7 @@ def mtp_params(spec: ArchSpec, n_layers: int = 1) -> dict[str, int]:
     # (the extra layer is the last, so an attention layer and, for an MoE, an MoE block)
     deeper = count_params(spec.with_(n_layer=spec.n_layer + 1))
     base = count_params(spec)
-    d, V = spec.d_model, spec.vocab_size
+    d, V = spec.n_embd, spec.vocab_size
     layer = deeper.total - base.total - (4 * d if spec.attn_res_block_size else 0)
     layer_active = deeper.active - base.active - (4 * d if spec.attn_res_block_size else 0)
     parts = {"decoder layer": n_layers * layer, "eh_proj": n_layers * 2 * d * d,

@@ -32,17 +32,17 @@ class VisionTower:
     layout (SGLang 0.5.23 ``srt/models/kimi_k3_vl.py``: ``KimiK3VisionTower`` and
     ``KimiK3MultiModalProjector``).
 
-    A patch convolution (``in_channels x patch_size^2 -> d_model``, no bias), a learned
-    ``pos_emb_height x pos_emb_width x d_model`` position table (the temporal one is a fixed
+    A patch convolution (``in_channels x patch_size^2 -> n_embd``, no bias), a learned
+    ``pos_emb_height x pos_emb_width x n_embd`` position table (the temporal one is a fixed
     sin-cos buffer, not a parameter), ``n_layer`` pre-norm blocks -- two RMSNorm gains, a fused
-    ``d_model -> 3 qkv_dim`` projection, ``qkv_dim -> d_model``, a two-matrix GELU MLP of width
+    ``n_embd -> 3 qkv_dim`` projection, ``qkv_dim -> n_embd``, a two-matrix GELU MLP of width
     ``d_ff``, all bias-free -- a final RMSNorm, and the projector: ``merge_kernel`` patches
-    concatenated (width ``m = d_model * kh * kw``), ``m -> m``, GELU, ``m -> text d_model``,
+    concatenated (width ``m = n_embd * kh * kw``), ``m -> m``, GELU, ``m -> text n_embd``,
     then an RMSNorm of the text width.  Rotary position in the blocks costs no parameters.
     """
 
     n_layer: int
-    d_model: int
+    n_embd: int
     n_head: int
     qkv_dim: int
     d_ff: int
@@ -54,7 +54,7 @@ class VisionTower:
     source: str = field(default="", compare=False)
 
     def __post_init__(self):
-        for name in ("n_layer", "d_model", "n_head", "qkv_dim", "d_ff", "patch_size",
+        for name in ("n_layer", "n_embd", "n_head", "qkv_dim", "d_ff", "patch_size",
                      "pos_emb_height", "pos_emb_width", "in_channels"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:
@@ -67,27 +67,27 @@ class VisionTower:
             raise ValueError(f"qkv_dim ({self.qkv_dim}) must be divisible by n_head "
                              f"({self.n_head})")
 
-    def params(self, text_d_model: int) -> dict[str, int]:
+    def params(self, text_n_embd: int) -> dict[str, int]:
         """Parameters by part (``"patch embedding"``, ``"position embedding"``, ``"blocks"``,
-        ``"final norm"``, ``"projector"``) for a language model of width ``text_d_model``."""
-        if not is_int(text_d_model) or text_d_model <= 0:
-            raise ValueError(f"text_d_model must be a positive int, got {text_d_model!r}")
-        d, q, f = self.d_model, self.qkv_dim, self.d_ff
+        ``"final norm"``, ``"projector"``) for a language model of width ``text_n_embd``."""
+        if not is_int(text_n_embd) or text_n_embd <= 0:
+            raise ValueError(f"text_n_embd must be a positive int, got {text_n_embd!r}")
+        d, q, f = self.n_embd, self.qkv_dim, self.d_ff
         m = d * self.merge_kernel[0] * self.merge_kernel[1]
         block = 2 * d + d * 3 * q + q * d + 2 * d * f
         return {"patch embedding": self.in_channels * self.patch_size ** 2 * d,
                 "position embedding": self.pos_emb_height * self.pos_emb_width * d,
                 "blocks": self.n_layer * block,
                 "final norm": d,
-                "projector": m * m + m * text_d_model + text_d_model}
+                "projector": m * m + m * text_n_embd + text_n_embd}
 
 
 @dataclass(frozen=True)
 class ArchSpec:
     """A decoder-only transformer as data (see :mod:`gpt2k3.accounting` for what it covers).
 
-    Core sizes: ``vocab_size``, ``n_layer``, ``d_model``, ``n_head`` (query heads of the attention
-    layers).  ``d_ff`` is the dense MLP width (default ``4 * d_model``, GPT-2's).
+    Core sizes: ``vocab_size``, ``n_layer``, ``n_embd``, ``n_head`` (query heads of the attention
+    layers).  ``d_ff`` is the dense MLP width (default ``4 * n_embd``, GPT-2's).
     ``max_positions`` is the number of rows of the learned position table when
     ``position == "learned"``; for ``"rope"``/``"none"`` it records the context window and costs
     no parameters.  ``bias`` adds biases to MHA/GQA projections, the dense MLP and LayerNorm;
@@ -95,7 +95,7 @@ class ArchSpec:
     them).  ``norm`` is ``"layernorm"`` or ``"rmsnorm"``; ``mlp`` is ``"gelu"`` or ``"swiglu"``.
 
     Attention (``attention`` in :data:`ATTENTION_KINDS`): ``n_kv_head`` (GQA; default
-    ``n_head``) and ``d_head`` (default ``d_model // n_head``) for MHA/GQA; for MLA the
+    ``n_head``) and ``d_head`` (default ``n_embd // n_head``) for MHA/GQA; for MLA the
     DeepSeek names ``q_lora_rank`` (``None``: a full-rank query projection), ``kv_lora_rank``,
     ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` (ignored unless
     ``attention == "mla"``).
@@ -112,22 +112,22 @@ class ArchSpec:
     counts exactly as before):
 
     * ``mla_output_gate``: a full-rank sigmoid gate on the MLA output, ``g_proj`` of
-      ``d_model x n_head * v_head_dim`` (``mla_use_output_gate``; MLA only).
-    * ``kda_full_rank_gate``: KDA's output gate is one ``d_model x kda_n_head * kda_head_dim``
+      ``n_embd x n_head * v_head_dim`` (``mla_use_output_gate``; MLA only).
+    * ``kda_full_rank_gate``: KDA's output gate is one ``n_embd x kda_n_head * kda_head_dim``
       projection (``use_full_rank_gate``) instead of Kimi Linear's low-rank pair
-      ``g_a`` (``d_model x Dk``), ``g_b`` (``Dk x H Dk``).
+      ``g_a`` (``n_embd x Dk``), ``g_b`` (``Dk x H Dk``).
     * ``kda_gate_lower_bound``: ``None`` for Kimi Linear's unbounded log-decay
       ``-exp(A_log) softplus(x + dt_bias)``; a negative number ``b`` for K3's bounded form
       ``b * sigmoid(exp(A_log) (x + dt_bias))``, in ``(b, 0)`` (``gate_lower_bound``).  Both
       forms have the same parameters (``A_log`` per head, ``dt_bias`` per channel; whether
       K3's checkpoint means its ``A_log`` per head is open: :func:`a_log_readings`).
     * ``moe_latent_dim``: latent MoE (``routed_expert_hidden_size``; 0: none).  The routed
-      experts work at this width: a token is projected ``d_model -> moe_latent_dim`` before
+      experts work at this width: a token is projected ``n_embd -> moe_latent_dim`` before
       them and back after, with an RMSNorm on the latent if ``moe_latent_norm``
-      (``latent_moe_use_norm``).  The router and the shared experts stay at ``d_model``.
+      (``latent_moe_use_norm``).  The router and the shared experts stay at ``n_embd``.
     * ``attn_res_block_size``: Attention Residuals (0: the plain residual stream).  Each
       sub-layer (attention, feed-forward) reads a softmax mixture over depth instead of the
-      running sum and owns one RMSNorm and one learned query vector (``d_model`` each); the
+      running sum and owns one RMSNorm and one learned query vector (``n_embd`` each); the
       final read before the last norm owns another pair.
     * ``mlp="situ"``: SiTU-GLU (``beta tanh(g/beta) sigmoid(g) * lb tanh(u/lb)``), the
       same three matrices as SwiGLU.
@@ -140,7 +140,7 @@ class ArchSpec:
     name: str
     vocab_size: int
     n_layer: int
-    d_model: int
+    n_embd: int
     n_head: int
     d_ff: int | None = None
     max_positions: int = 0
@@ -179,7 +179,7 @@ class ArchSpec:
         for name in ("name", "source"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a str, got {getattr(self, name)!r}")
-        for name in ("vocab_size", "n_layer", "d_model", "n_head"):
+        for name in ("vocab_size", "n_layer", "n_embd", "n_head"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -214,8 +214,8 @@ class ArchSpec:
 
     def _check_attention(self) -> None:
         if self.attention in ("mha", "gqa"):
-            if self.d_head is None and self.d_model % self.n_head:
-                raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head "
+            if self.d_head is None and self.n_embd % self.n_head:
+                raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head "
                                  f"({self.n_head}), or d_head must be given")
             kv = self.kv_heads
             if self.n_head % kv:
@@ -273,9 +273,9 @@ class ArchSpec:
                                  f"({self.moe_latent_norm}) must be 0/False when "
                                  "n_routed_experts is 0 (a dense model)")
             return
-        if self.moe_latent_dim > self.d_model:
-            raise ValueError(f"moe_latent_dim ({self.moe_latent_dim}) must be <= d_model "
-                             f"({self.d_model}): the latent MoE projects tokens down, not up")
+        if self.moe_latent_dim > self.n_embd:
+            raise ValueError(f"moe_latent_dim ({self.moe_latent_dim}) must be <= n_embd "
+                             f"({self.n_embd}): the latent MoE projects tokens down, not up")
         if self.moe_latent_norm and not self.moe_latent_dim:
             raise ValueError("moe_latent_norm needs a latent MoE (moe_latent_dim > 0)")
         if not 1 <= k <= e:
@@ -289,12 +289,12 @@ class ArchSpec:
     @property
     def ffn_dim(self) -> int:
         """Width of the dense MLP."""
-        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+        return self.d_ff if self.d_ff is not None else 4 * self.n_embd
 
     @property
     def head_dim(self) -> int:
         """Head width of MHA/GQA layers."""
-        return self.d_head if self.d_head is not None else self.d_model // self.n_head
+        return self.d_head if self.d_head is not None else self.n_embd // self.n_head
 
     @property
     def kv_heads(self) -> int:
@@ -336,8 +336,8 @@ class ArchSpec:
     @property
     def expert_width(self) -> int:
         """Width the routed experts read and write: ``moe_latent_dim`` for a latent MoE,
-        else ``d_model``."""
-        return self.moe_latent_dim or self.d_model
+        else ``n_embd``."""
+        return self.moe_latent_dim or self.n_embd
 
     @property
     def expert_params(self) -> int:

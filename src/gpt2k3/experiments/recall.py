@@ -78,13 +78,13 @@ _STEPS_PER_SEED = 1_000_003
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The tiny model: ``n_layer`` GPT blocks of width ``d_model`` with ``n_head`` heads.
+    """The tiny model: ``n_layer`` GPT blocks of width ``n_embd`` with ``n_head`` heads.
 
     Each head of a recurrent mixer keeps a ``head_dim x head_dim`` state (``head_dim =
-    d_model / n_head``). ``chunk_size`` is the chunkwise forms' chunk length.
+    n_embd / n_head``). ``chunk_size`` is the chunkwise forms' chunk length.
     """
 
-    d_model: int = 64
+    n_embd: int = 64
     n_layer: int = 2
     n_head: int = 4
     chunk_size: int = 16
@@ -94,17 +94,17 @@ class ModelConfig:
     init: str = "fan_in"
 
     def __post_init__(self):
-        for name in ("d_model", "n_layer", "n_head", "chunk_size", "conv_size"):
+        for name in ("n_embd", "n_layer", "n_head", "chunk_size", "conv_size"):
             check_int(getattr(self, name), name, 1)
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         check_choice(self.conv, "conv", CONV_MODES)
         check_choice(self.gate_init, "gate_init", GATE_INITS)
         check_choice(self.init, "init", INITS)
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_head
+        return self.n_embd // self.n_head
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def build_model(mixer: str, tasks, model: ModelConfig = ModelConfig(), seed: int
     tasks = _as_tasks(tasks)
     check_instance(model, "model", ModelConfig)
     config = GPTConfig(block_size=max(t.length for t in tasks), vocab_size=tasks[0].vocab_size,
-                       n_layer=model.n_layer, n_head=model.n_head, n_embd=model.d_model)
+                       n_layer=model.n_layer, n_head=model.n_head, n_embd=model.n_embd)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(check_int(seed, "seed", 0))
         net = GPT(config, mixer=mixer_factory(mixer, model))
@@ -264,7 +264,7 @@ def build_model(mixer: str, tasks, model: ModelConfig = ModelConfig(), seed: int
 def state_numbers(mixer: str, model: ModelConfig, seq_len: int) -> int:
     """Numbers one block's mixer keeps per sequence to continue after ``seq_len`` tokens.
 
-    Softmax attention: its KV cache, ``2 * seq_len * d_model`` (grows with the sequence).
+    Softmax attention: its KV cache, ``2 * seq_len * n_embd`` (grows with the sequence).
     The recurrent mixers: :func:`gpt2k3.accounting.mixer_state_numbers` -- ``H D^2`` for the
     delta family, ``H (D^2 + D)`` for linear attention (the state ``S`` and normaliser ``z``).
     Every mixer with a short convolution (see ``CONV_MODES``) also keeps its last
@@ -277,7 +277,7 @@ def state_numbers(mixer: str, model: ModelConfig, seq_len: int) -> int:
     has_conv = model.conv == "all" or (model.conv == "native" and mixer not in ("softmax", "linear"))
     kernel = model.conv_size if has_conv else 0
     if mixer == "softmax":
-        return 2 * seq_len * model.d_model + max(kernel - 1, 0) * 3 * model.d_model
+        return 2 * seq_len * model.n_embd + max(kernel - 1, 0) * 3 * model.n_embd
     return sum(mixer_state_numbers(H, D, conv_kernel=kernel, normalizer=mixer == "linear").values())
 
 

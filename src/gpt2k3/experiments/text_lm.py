@@ -149,22 +149,22 @@ def scale_ratios(params: int, tokens: int, published: Mapping | None = None) -> 
 
 @dataclass(frozen=True)
 class TextModelConfig:
-    """The small decoder: ``n_layer`` blocks of width ``d_model`` with ``n_head`` heads, trained
+    """The small decoder: ``n_layer`` blocks of width ``n_embd`` with ``n_head`` heads, trained
     on windows of ``context`` bytes and evaluated up to ``max_context`` (a multiple of it).
     ``chunk_size`` is the recurrent mixers' chunk length (it changes speed, not results)."""
 
     n_layer: int = 4
-    d_model: int = 128
+    n_embd: int = 128
     n_head: int = 4
     context: int = 256
     max_context: int = 2048
     chunk_size: int = 64
 
     def __post_init__(self):
-        for name in ("n_layer", "d_model", "n_head", "context", "max_context", "chunk_size"):
+        for name in ("n_layer", "n_embd", "n_head", "context", "max_context", "chunk_size"):
             check_int(getattr(self, name), name, 1)
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.max_context % self.context:
             raise ValueError(f"max_context ({self.max_context}) must be a multiple of context "
                              f"({self.context})")
@@ -258,7 +258,7 @@ def gpt_config(mixer: str, model: TextModelConfig = TextModelConfig()) -> GPTCon
     llama = mixer == "transformer_pp"
     return GPTConfig(block_size=model.context if learned else model.max_context,
                      vocab_size=_text.VOCAB_SIZE, n_layer=model.n_layer, n_head=model.n_head,
-                     n_embd=model.d_model, position="learned" if learned else "none",
+                     n_embd=model.n_embd, position="learned" if learned else "none",
                      bias=not llama, tie_embeddings=not llama)
 
 
@@ -324,7 +324,7 @@ def matched_sizes(mixer: str, model: TextModelConfig = TextModelConfig()) -> dic
         with torch.random.fork_rng(devices=[]):
             return assemble_model(mixer, model, sizes).num_params()
 
-    d = model.d_model
+    d = model.n_embd
     if mixer == "k3":
         base = dict(d_ff=4 * d)
         n8, n9 = count({**base, "d_expert": 8}), count({**base, "d_expert": 9})

@@ -3,7 +3,7 @@
 MLA is ordinary causal softmax attention whose keys and values are generated from a small
 per-token *latent* vector, so that the decode-time cache holds only that latent.
 
-For a token with hidden state ``x`` (row vector of size ``d_model``), one layer computes
+For a token with hidden state ``x`` (row vector of size ``n_embd``), one layer computes
 
 * queries, optionally through a low-rank bottleneck with an RMSNorm in the middle::
 
@@ -79,7 +79,7 @@ __all__ = ["MLAConfig", "MLA", "LatentCache", "apply_rope", "latent_numbers_per_
 class MLAConfig:
     """Sizes of one MLA layer (field names follow the DeepSeek-V3 config where they exist).
 
-    ``d_model`` is the model width (``hidden_size``); ``n_heads`` the number of query heads.
+    ``n_embd`` is the model width (``hidden_size``); ``n_heads`` the number of query heads.
     ``q_lora_rank=None`` means queries come from a direct ``q_proj`` (DeepSeek-V2-Lite style).
     ``max_len`` is the default capacity of a cache made by :meth:`MLA.new_cache`.
     ``rope_interleave`` selects the RoPE pairing (see the module docstring); ``norm_eps`` is the
@@ -88,7 +88,7 @@ class MLAConfig:
     (a sigmoid gate on the head outputs, see :class:`MLA`).
     """
 
-    d_model: int
+    n_embd: int
     n_heads: int
     q_lora_rank: int | None
     kv_lora_rank: int
@@ -103,7 +103,7 @@ class MLAConfig:
     output_gate: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
+        for name in ("n_embd", "n_heads", "kv_lora_rank", "qk_nope_head_dim",
                      "qk_rope_head_dim", "v_head_dim", "max_len"):
             check_positive_int(getattr(self, name), name)
         if self.q_lora_rank is not None:
@@ -123,8 +123,8 @@ class MLAConfig:
 
     @property
     def hidden_size(self) -> int:
-        """Alias of ``d_model`` (the Hugging Face name)."""
-        return self.d_model
+        """Alias of ``n_embd`` (the Hugging Face name)."""
+        return self.n_embd
 
     @property
     def qk_head_dim(self) -> int:
@@ -177,7 +177,7 @@ class MLAConfig:
         """
         if getattr(spec, "attention", None) != "mla":
             raise ValueError(f"spec must be an ArchSpec with attention='mla', got {spec!r}")
-        sizes = dict(d_model=spec.d_model, n_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,
+        sizes = dict(n_embd=spec.n_embd, n_heads=spec.n_head, q_lora_rank=spec.q_lora_rank,
                      kv_lora_rank=spec.kv_lora_rank, qk_nope_head_dim=spec.qk_nope_head_dim,
                      qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
                      max_len=spec.max_positions or 4096, rope=spec.position != "none",
@@ -307,15 +307,15 @@ class LatentCache(LayerCache):
 
 
 def _check_mla(mla, x, cache, name: str, need_cache: bool) -> None:
-    """``x`` ``(B, T, d_model)`` -- or one token ``(B, d_model)`` beside a cache -- in the weights'
+    """``x`` ``(B, T, n_embd)`` -- or one token ``(B, n_embd)`` beside a cache -- in the weights'
     dtype; ``cache`` a :class:`LatentCache` made for this batch (``None`` unless ``need_cache``).
     Shapes and types only, so no host sync."""
     if need_cache and cache is None:
         raise ValueError("cache must be a LatentCache (from new_cache), got NoneType")
     check_layer_cache(mla, cache)
     block = x[:, None] if cache is not None and isinstance(x, torch.Tensor) and x.dim() == 2 else x
-    check_layer_input(block, name, mla.cfg.d_model, mla.kv_a_proj_with_mqa.weight.dtype,
-                      shape=f"(B, T, d_model={mla.cfg.d_model})", finite=False)
+    check_layer_input(block, name, mla.cfg.n_embd, mla.kv_a_proj_with_mqa.weight.dtype,
+                      shape=f"(B, T, n_embd={mla.cfg.n_embd})", finite=False)
     if cache is not None and cache.batch_size != block.shape[0]:
         raise ValueError(f"cache batch size {cache.batch_size} does not match x batch size "
                          f"{block.shape[0]}")
@@ -337,7 +337,7 @@ def check_mla_step(mla, x_t, cache) -> None:
 
 
 class MLA(nn.Module):
-    """One multi-head latent attention layer; inputs and outputs are ``(B, T, d_model)``.
+    """One multi-head latent attention layer; inputs and outputs are ``(B, T, n_embd)``.
 
     Parameter names match Hugging Face's ``DeepseekV3Attention`` (no biases), so its state dict
     loads directly. Two fields of :class:`MLAConfig` make it Kimi K3's layer (SGLang
@@ -345,7 +345,7 @@ class MLA(nn.Module):
     part of the queries and of the shared key unrotated, so no score depends on position
     (order reaches the layer through the causal mask and the KDA layers); ``output_gate=True``
     (``mla_use_output_gate``) multiplies the concatenated head outputs by ``sigmoid(x W_g)``,
-    ``g_proj`` of ``d_model x n_heads v_head_dim``, before ``o_proj``. Both enter every form.
+    ``g_proj`` of ``n_embd x n_heads v_head_dim``, before ``o_proj``. Both enter every form.
     """
 
     #: with a cache, decode single tokens in the latent space (:meth:`decode_absorbed`); chunks of
@@ -358,7 +358,7 @@ class MLA(nn.Module):
             raise ValueError(f"cfg must be an MLAConfig, got {type(cfg).__name__}")
         super().__init__()
         self.cfg = cfg
-        h, d = cfg.n_heads, cfg.d_model
+        h, d = cfg.n_heads, cfg.n_embd
         if cfg.q_lora_rank is None:
             self.q_proj = nn.Linear(d, h * cfg.qk_head_dim, bias=False)
         else:
@@ -375,7 +375,7 @@ class MLA(nn.Module):
     # ------------------------------------------------------------------ public forms
     @checked(check_mla_forward)
     def forward(self, x: torch.Tensor, cache: LatentCache | None = None) -> torch.Tensor:
-        """Without a cache, the training form: causal attention over ``x`` ``(B, T, d_model)`` at
+        """Without a cache, the training form: causal attention over ``x`` ``(B, T, n_embd)`` at
         positions ``0..T-1``. With this layer's :class:`LatentCache` (:meth:`new_cache`), ``x``
         continues the cached sequence: its latents are appended and it attends to all of them
         -- so :class:`gpt2k3.model.GPT` can hold MLA as a token mixer."""
@@ -399,7 +399,7 @@ class MLA(nn.Module):
 
     @checked(check_mla_prefill)
     def prefill(self, x: torch.Tensor, cache: LatentCache) -> torch.Tensor:
-        """Append the latents of ``x`` ``(B, T, d_model)`` to ``cache`` and return the outputs.
+        """Append the latents of ``x`` ``(B, T, n_embd)`` to ``cache`` and return the outputs.
 
         On an empty cache the result equals ``forward(x)``; on a non-empty one ``x`` continues the
         cached sequence (chunked prefill).
@@ -411,7 +411,7 @@ class MLA(nn.Module):
         """The expanded form over a cache: append the latents of ``x_t``, decompress K and V for
         every cached position, attend. A prefill, a chunk of one, or a decode step.
 
-        ``x_t`` is ``(B, d_model)`` (one token; output ``(B, d_model)``) or ``(B, T, d_model)``
+        ``x_t`` is ``(B, n_embd)`` (one token; output ``(B, n_embd)``) or ``(B, T, n_embd)``
         (``T`` tokens continuing the cache, causal among themselves).
         """
         x, start, squeeze = self._append(x_t, cache)
@@ -441,7 +441,7 @@ class MLA(nn.Module):
 
     # ------------------------------------------------------------------ building blocks
     def _append(self, x_t: torch.Tensor, cache: LatentCache) -> tuple[torch.Tensor, int, bool]:
-        """Append the latents of one token ``(B, d_model)`` or a block ``(B, T, d_model)``; return
+        """Append the latents of one token ``(B, n_embd)`` or a block ``(B, T, n_embd)``; return
         the block, its first position, and whether it was one token."""
         squeeze = x_t.dim() == 2
         x = x_t[:, None] if squeeze else x_t
@@ -519,7 +519,7 @@ class MLA(nn.Module):
 
 @torch.no_grad()
 def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str, float]:
-    """Decode ``x`` ``(B, T, d_model)`` token by token with both paths and compare.
+    """Decode ``x`` ``(B, T, n_embd)`` token by token with both paths and compare.
 
     The first ``n_prefill`` tokens are prefilled into two fresh caches; every later token is
     decoded once with :meth:`MLA.extend` and once with :meth:`MLA.decode_absorbed`.

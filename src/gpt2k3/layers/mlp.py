@@ -47,13 +47,13 @@ class MLP(nn.Module):
 class SwiGLU(nn.Module):
     """``down_proj( silu(gate_proj x) * up_proj x )``, no biases."""
 
-    def __init__(self, d_model: int, d_hidden: int) -> None:
+    def __init__(self, n_embd: int, d_hidden: int) -> None:
         super().__init__()
-        check_positive_int(d_model, "d_model")
+        check_positive_int(n_embd, "n_embd")
         check_positive_int(d_hidden, "d_hidden")
-        self.gate_proj = nn.Linear(d_model, d_hidden, bias=False)
-        self.up_proj = nn.Linear(d_model, d_hidden, bias=False)
-        self.down_proj = nn.Linear(d_hidden, d_model, bias=False)
+        self.gate_proj = nn.Linear(n_embd, d_hidden, bias=False)
+        self.up_proj = nn.Linear(n_embd, d_hidden, bias=False)
+        self.down_proj = nn.Linear(d_hidden, n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -94,17 +94,17 @@ class SituGLU(nn.Module):
     """``down_proj(situ(gate_proj x, up_proj x))``, no biases: K3's dense MLP and every expert
     (SGLang ``KimiK3MLP``); the same three matrices as :class:`gpt2k3.layers.mlp.SwiGLU`."""
 
-    def __init__(self, d_model: int, d_hidden: int, beta: float = SITU_BETA,
+    def __init__(self, n_embd: int, d_hidden: int, beta: float = SITU_BETA,
                  linear_beta: float | None = SITU_LINEAR_BETA) -> None:
         super().__init__()
-        check_int(d_model, "d_model", 1)
+        check_int(n_embd, "n_embd", 1)
         check_int(d_hidden, "d_hidden", 1)
         self.beta = check_finite_number(beta, "beta", 1)
         self.linear_beta = (None if linear_beta is None
                             else check_finite_number(linear_beta, "linear_beta", 1))
-        self.gate_proj = nn.Linear(d_model, d_hidden, bias=False)
-        self.up_proj = nn.Linear(d_model, d_hidden, bias=False)
-        self.down_proj = nn.Linear(d_hidden, d_model, bias=False)
+        self.gate_proj = nn.Linear(n_embd, d_hidden, bias=False)
+        self.up_proj = nn.Linear(n_embd, d_hidden, bias=False)
+        self.down_proj = nn.Linear(d_hidden, n_embd, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(situ(self.gate_proj(x), self.up_proj(x), self.beta, self.linear_beta))

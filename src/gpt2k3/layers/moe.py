@@ -1,6 +1,6 @@
 """Mixture of experts with a top-k router and shared experts (DeepSeek-V3 / Kimi K2 style).
 
-For a token ``x`` (size ``d_model``) the layer returns::
+For a token ``x`` (size ``n_embd``) the layer returns::
 
     y = shared(x) + sum_{e in TopK(x)} w_e(x) * expert_e(x)
 
@@ -54,14 +54,14 @@ __all__ = ["MoEConfig", "Router", "dispatch", "dispatch_dense", "MoE", "LatentMo
 class MoEConfig:
     """Sizes and routing rule of one MoE layer (DeepSeek-V3 names in brackets).
 
-    ``d_model`` [hidden_size], ``n_routed_experts``, ``n_shared_experts`` (may be 0),
+    ``n_embd`` [hidden_size], ``n_routed_experts``, ``n_shared_experts`` (may be 0),
     ``top_k`` [num_experts_per_tok], ``d_expert`` [moe_intermediate_size],
     ``score_func`` ``'softmax'`` (DeepSeek-V2, Mixtral-like) or ``'sigmoid'`` (DeepSeek-V3, Kimi K2),
     ``norm_topk_prob``, ``routed_scaling_factor``, and group-limited routing ``n_group`` /
     ``topk_group`` (1 / 1 = off).
     """
 
-    d_model: int
+    n_embd: int
     n_routed_experts: int
     n_shared_experts: int
     top_k: int
@@ -73,7 +73,7 @@ class MoEConfig:
     topk_group: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_routed_experts", "top_k", "d_expert", "n_group", "topk_group"):
+        for name in ("n_embd", "n_routed_experts", "top_k", "d_expert", "n_group", "topk_group"):
             check_int(getattr(self, name), name, 1)
         check_int(self.n_shared_experts, "n_shared_experts", 0)
         if self.top_k > self.n_routed_experts:
@@ -100,8 +100,8 @@ class MoEConfig:
 
     @property
     def hidden_size(self) -> int:
-        """Alias of ``d_model`` (the Hugging Face name)."""
-        return self.d_model
+        """Alias of ``n_embd`` (the Hugging Face name)."""
+        return self.n_embd
 
     @classmethod
     def deepseek_v3(cls) -> "MoEConfig":
@@ -138,7 +138,7 @@ class MoEConfig:
     def from_spec(cls, spec, **overrides) -> "MoEConfig":
         """One MoE layer of an :class:`gpt2k3.accounting.ArchSpec` with routed experts.
 
-        ``d_model``, ``n_routed_experts``, ``n_shared_experts``, ``top_k`` and ``d_expert`` come
+        ``n_embd``, ``n_routed_experts``, ``n_shared_experts``, ``top_k`` and ``d_expert`` come
         from the spec; the routing rule (``score_func``, ``norm_topk_prob``,
         ``routed_scaling_factor``, ``n_group``, ``topk_group``) keeps its defaults unless given
         in ``overrides``.  A latent MoE (``moe_latent_dim > 0``, Kimi K3) is not a plain
@@ -151,17 +151,17 @@ class MoEConfig:
         if spec.moe_latent_dim:
             raise ValueError(f"spec {spec.name!r} has a latent MoE (moe_latent_dim="
                              f"{spec.moe_latent_dim}); a plain MoEConfig cannot express it")
-        sizes = dict(d_model=spec.d_model, n_routed_experts=spec.n_routed_experts,
+        sizes = dict(n_embd=spec.n_embd, n_routed_experts=spec.n_routed_experts,
                      n_shared_experts=spec.n_shared_experts, top_k=spec.top_k,
                      d_expert=spec.d_expert)
         return cls(**{**sizes, **overrides})
 
 
 def check_router_input(router, x) -> None:
-    """The door of :meth:`Router.forward`: tokens ``x`` ``(N, d_model)`` in the router's dtype
+    """The door of :meth:`Router.forward`: tokens ``x`` ``(N, n_embd)`` in the router's dtype
     (shapes and types only, so no host sync)."""
-    check_layer_input(x, "x", router.cfg.d_model, router.weight.dtype, ndim=2,
-                      shape=f"(N, d_model={router.cfg.d_model})", finite=False)
+    check_layer_input(x, "x", router.cfg.n_embd, router.weight.dtype, ndim=2,
+                      shape=f"(N, n_embd={router.cfg.n_embd})", finite=False)
 
 
 def check_update_bias(router, load, step=1e-3) -> None:
@@ -177,25 +177,25 @@ def check_update_bias(router, load, step=1e-3) -> None:
 class Router(nn.Module):
     """Linear gate without bias plus top-k selection (see the module docstring for the rule).
 
-    ``weight`` is ``(n_routed_experts, d_model)``; ``e_score_correction_bias`` is a buffer of
+    ``weight`` is ``(n_routed_experts, n_embd)``; ``e_score_correction_bias`` is a buffer of
     size ``n_routed_experts`` that shifts *selection* only, and only for sigmoid scores.
     """
 
     def __init__(self, cfg: MoEConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.d_model))
-        nn.init.normal_(self.weight, std=cfg.d_model ** -0.5)
+        self.weight = nn.Parameter(torch.empty(cfg.n_routed_experts, cfg.n_embd))
+        nn.init.normal_(self.weight, std=cfg.n_embd ** -0.5)
         self.register_buffer("e_score_correction_bias", torch.zeros(cfg.n_routed_experts))
 
     def scores(self, x: torch.Tensor) -> torch.Tensor:
-        """Affinities ``(N, E)`` of tokens ``x`` ``(N, d_model)`` to every routed expert."""
+        """Affinities ``(N, E)`` of tokens ``x`` ``(N, n_embd)`` to every routed expert."""
         logits = F.linear(x, self.weight)
         return logits.softmax(dim=-1) if self.cfg.score_func == "softmax" else logits.sigmoid()
 
     @checked(check_router_input)
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Route tokens ``x`` ``(N, d_model)``; return ``weights`` and ``indices``, both ``(N, top_k)``."""
+        """Route tokens ``x`` ``(N, n_embd)``; return ``weights`` and ``indices``, both ``(N, top_k)``."""
         cfg = self.cfg
         s = self.scores(x)
         choice = s + self.e_score_correction_bias.to(s.dtype) if cfg.score_func == "sigmoid" else s
@@ -214,7 +214,7 @@ class Router(nn.Module):
 
     @torch.no_grad()
     def assignment(self, x: torch.Tensor) -> torch.Tensor:
-        """The routing of tokens ``x`` ``(N, d_model)`` as a dense ``(N, n_routed_experts)`` matrix:
+        """The routing of tokens ``x`` ``(N, n_embd)`` as a dense ``(N, n_routed_experts)`` matrix:
         entry ``(n, e)`` is the weight token ``n`` gives expert ``e`` (0 if ``e`` was not chosen)."""
         weights, indices = self(x)
         out = torch.zeros(x.shape[0], self.cfg.n_routed_experts, dtype=weights.dtype,
@@ -355,13 +355,13 @@ def dispatch_dense(x: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor
 
 def check_moe_input(layer, x) -> None:
     """The door of an MoE layer's forms (:class:`MoE`, :class:`LatentMoE`): ``x`` ``(B, T,
-    d_model)`` in the router's dtype. Shapes and types only, so no host sync."""
-    check_layer_input(x, "x", layer.cfg.d_model, layer.gate.weight.dtype,
-                      shape=f"(B, T, d_model={layer.cfg.d_model})", finite=False)
+    n_embd)`` in the router's dtype. Shapes and types only, so no host sync."""
+    check_layer_input(x, "x", layer.cfg.n_embd, layer.gate.weight.dtype,
+                      shape=f"(B, T, n_embd={layer.cfg.n_embd})", finite=False)
 
 
 class MoE(nn.Module):
-    """Routed SwiGLU experts plus always-on shared experts; ``(B, T, d_model) -> (B, T, d_model)``.
+    """Routed SwiGLU experts plus always-on shared experts; ``(B, T, n_embd) -> (B, T, n_embd)``.
 
     Parameter names match Hugging Face's DeepSeek-V3 MoE except that routed experts are separate
     modules ``experts[e].{gate,up,down}_proj`` instead of packed 3-D tensors.
@@ -372,9 +372,9 @@ class MoE(nn.Module):
         self.cfg = cfg
         self.gate = Router(cfg)
         self.experts = nn.ModuleList(
-            SwiGLU(cfg.d_model, cfg.d_expert) for _ in range(cfg.n_routed_experts)
+            SwiGLU(cfg.n_embd, cfg.d_expert) for _ in range(cfg.n_routed_experts)
         )
-        self.shared_experts = (SwiGLU(cfg.d_model, cfg.d_expert * cfg.n_shared_experts)
+        self.shared_experts = (SwiGLU(cfg.n_embd, cfg.d_expert * cfg.n_shared_experts)
                                if cfg.n_shared_experts else None)
         self.last_load: torch.Tensor | None = None  # tokens per expert in the latest forward
 
@@ -412,7 +412,7 @@ class MoE(nn.Module):
     @checked(check_moe_input)
     @torch.no_grad()
     def load_stats(self, x: torch.Tensor) -> torch.Tensor:
-        """Tokens routed to each expert for ``x`` ``(B, T, d_model)``.
+        """Tokens routed to each expert for ``x`` ``(B, T, n_embd)``.
 
         Returns ``(n_routed_experts,)`` integer counts that sum to ``B * T * top_k``.
         """
@@ -425,14 +425,14 @@ class MoE(nn.Module):
 class LatentMoEConfig:
     """Sizes of one K3 MoE layer (config.json names in brackets).
 
-    ``d_model`` [hidden_size], ``latent_dim`` [routed_expert_hidden_size] (``<= d_model``),
+    ``n_embd`` [hidden_size], ``latent_dim`` [routed_expert_hidden_size] (``<= n_embd``),
     ``latent_norm`` [latent_moe_use_norm], ``n_routed_experts`` [num_experts],
     ``n_shared_experts`` [num_shared_experts], ``top_k`` [num_experts_per_token], ``d_expert``
     [moe_intermediate_size], ``routed_scaling_factor``, the SiTU constants, and ``norm_eps``
     [rms_norm_eps] for the latent RMSNorm.
     """
 
-    d_model: int
+    n_embd: int
     latent_dim: int
     n_routed_experts: int
     n_shared_experts: int
@@ -445,13 +445,13 @@ class LatentMoEConfig:
     norm_eps: float = K3_RMS_NORM_EPS
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "latent_dim", "n_routed_experts", "top_k", "d_expert"):
+        for name in ("n_embd", "latent_dim", "n_routed_experts", "top_k", "d_expert"):
             check_int(getattr(self, name), name, 1)
         check_int(self.n_shared_experts, "n_shared_experts", 0)
         check_finite_number(self.norm_eps, "norm_eps", 1)
-        if self.latent_dim > self.d_model:
-            raise ValueError(f"latent_dim ({self.latent_dim}) must be <= d_model "
-                             f"({self.d_model}): the latent MoE projects tokens down, not up")
+        if self.latent_dim > self.n_embd:
+            raise ValueError(f"latent_dim ({self.latent_dim}) must be <= n_embd "
+                             f"({self.n_embd}): the latent MoE projects tokens down, not up")
         if self.top_k > self.n_routed_experts:
             raise ValueError(f"top_k ({self.top_k}) must be <= n_routed_experts "
                              f"({self.n_routed_experts})")
@@ -461,7 +461,7 @@ class LatentMoEConfig:
     def router_config(self) -> MoEConfig:
         """The router's rule, :class:`gpt2k3.layers.moe.MoEConfig`: sigmoid scores (``noaux_tc``),
         top-k, weights renormalised and scaled, no expert groups."""
-        return MoEConfig(d_model=self.d_model, n_routed_experts=self.n_routed_experts,
+        return MoEConfig(n_embd=self.n_embd, n_routed_experts=self.n_routed_experts,
                          n_shared_experts=self.n_shared_experts, top_k=self.top_k,
                          d_expert=self.d_expert, score_func="sigmoid", norm_topk_prob=True,
                          routed_scaling_factor=self.routed_scaling_factor)
@@ -472,13 +472,13 @@ class LatentMoE(nn.Module):
     """K3's mixture of experts with latent experts (SGLang ``KimiK3MoE``), ``(B, T, d)`` in and
     out::
 
-        z = x W_down                                              d_model -> latent_dim
+        z = x W_down                                              n_embd -> latent_dim
         y = shared(x) + W_up RMSNorm( sum_{e in TopK(x)} w_e(x) expert_e(z) )
 
     The router (:class:`gpt2k3.layers.moe.Router`, sigmoid scores) reads the full-width ``x``; the
     shared experts (one :class:`SituGLU` of width ``n_shared_experts * d_expert``) work at full
     width; only the routed experts work at ``latent_dim`` -- each is ``3 latent_dim d_expert``
-    instead of ``3 d_model d_expert``, and a token's ``top_k`` experts read the raw projection
+    instead of ``3 n_embd d_expert``, and a token's ``top_k`` experts read the raw projection
     ``z`` and write into a ``latent_dim``-wide sum. The RMSNorm (``latent_norm``) acts on that
     weighted sum, after the experts and before the one up projection -- SGLang's order on every
     path (``_reduce_latent``: tensor-parallel partial sums are reduced in latent space *before*
@@ -498,13 +498,13 @@ class LatentMoE(nn.Module):
         self.cfg = cfg
         act = dict(beta=cfg.situ_beta, linear_beta=cfg.situ_linear_beta)
         self.gate = Router(cfg.router_config())
-        self.routed_expert_down_proj = nn.Linear(cfg.d_model, cfg.latent_dim, bias=False)
+        self.routed_expert_down_proj = nn.Linear(cfg.n_embd, cfg.latent_dim, bias=False)
         self.routed_expert_norm = (RMSNorm(cfg.latent_dim, cfg.norm_eps) if cfg.latent_norm
                                    else nn.Identity())
         self.experts = nn.ModuleList(SituGLU(cfg.latent_dim, cfg.d_expert, **act)
                                      for _ in range(cfg.n_routed_experts))
-        self.routed_expert_up_proj = nn.Linear(cfg.latent_dim, cfg.d_model, bias=False)
-        self.shared_experts = (SituGLU(cfg.d_model, cfg.n_shared_experts * cfg.d_expert, **act)
+        self.routed_expert_up_proj = nn.Linear(cfg.latent_dim, cfg.n_embd, bias=False)
+        self.shared_experts = (SituGLU(cfg.n_embd, cfg.n_shared_experts * cfg.d_expert, **act)
                                if cfg.n_shared_experts else None)
 
     def down(self, flat: torch.Tensor) -> torch.Tensor:
@@ -513,13 +513,13 @@ class LatentMoE(nn.Module):
 
     def up(self, routed_sum: torch.Tensor) -> torch.Tensor:
         """``W_up RMSNorm(routed_sum)``: the routed experts' weighted sum ``(N, latent_dim)``,
-        normalised in latent space (when ``latent_norm``), projected back to ``d_model``."""
+        normalised in latent space (when ``latent_norm``), projected back to ``n_embd``."""
         return self.routed_expert_up_proj(self.routed_expert_norm(routed_sum))
 
     @checked(check_moe_input)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Batched form: each expert runs once on all the tokens routed to it (in latent space)."""
-        flat = x.reshape(-1, x.shape[-1])                                   # (N, d_model)
+        flat = x.reshape(-1, x.shape[-1])                                   # (N, n_embd)
         weights, indices = self.gate(flat)                                  # (N, k), (N, k)
         routed = dispatch(self.down(flat), weights, indices, self.experts)  # in latent space
         out = self.up(routed)                    # one norm and one up projection of the sum

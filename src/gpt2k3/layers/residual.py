@@ -16,15 +16,15 @@ from gpt2k3.ops.depth import check_sources, depth_mix
 
 class DepthMix(nn.Module):
     """One Attention-Residual read: an RMSNorm gain ``norm.weight`` and a query vector
-    ``query`` (both ``d_model``; SGLang ``self_attention_res_norm`` / ``self_attention_res_proj``,
+    ``query`` (both ``n_embd``; SGLang ``self_attention_res_norm`` / ``self_attention_res_proj``,
     ``mlp_res_norm`` / ``mlp_res_proj``, ``output_attn_res_norm`` / ``output_attn_res_proj``).
     The query starts at zero, as in the Attention Residuals paper, so an untrained read
     averages its sources uniformly. ``eps`` defaults to K3's ``rms_norm_eps``."""
 
-    def __init__(self, d_model: int, eps: float = K3_RMS_NORM_EPS) -> None:
+    def __init__(self, n_embd: int, eps: float = K3_RMS_NORM_EPS) -> None:
         super().__init__()
-        self.norm = RMSNorm(check_int(d_model, "d_model", 1), check_finite_number(eps, "eps", 1))
-        self.query = nn.Parameter(torch.zeros(d_model))
+        self.norm = RMSNorm(check_int(n_embd, "n_embd", 1), check_finite_number(eps, "eps", 1))
+        self.query = nn.Parameter(torch.zeros(n_embd))
 
     def forward(self, sources) -> torch.Tensor:
         return depth_mix(sources, self.query, self.norm.weight, self.norm.eps)
@@ -60,14 +60,14 @@ class AttnResidual(nn.Module):
     needs no cache.
     """
 
-    def __init__(self, n_layer: int, d_model: int, block_size: int,
+    def __init__(self, n_layer: int, n_embd: int, block_size: int,
                  eps: float = K3_RMS_NORM_EPS) -> None:
         super().__init__()
         self.block_size = check_int(block_size, "block_size", 1)
         check_int(n_layer, "n_layer", 1)
-        self.attn_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
-        self.mlp_mix = nn.ModuleList(DepthMix(d_model, eps) for _ in range(n_layer))
-        self.final = DepthMix(d_model, eps)
+        self.attn_mix = nn.ModuleList(DepthMix(n_embd, eps) for _ in range(n_layer))
+        self.mlp_mix = nn.ModuleList(DepthMix(n_embd, eps) for _ in range(n_layer))
+        self.final = DepthMix(n_embd, eps)
 
     @checked(check_attn_residual)
     def forward(self, blocks, x: torch.Tensor, caches) -> torch.Tensor:

@@ -76,12 +76,12 @@ def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
         raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
     if not isinstance(spec, ArchSpec):
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
-    if spec.n_layer != config.n_layer or spec.d_model != config.n_embd:
-        raise ValueError(f"spec ({spec.n_layer} layers, d_model {spec.d_model}) must match config "
+    if spec.n_layer != config.n_layer or spec.n_embd != config.n_embd:
+        raise ValueError(f"spec ({spec.n_layer} layers, n_embd {spec.n_embd}) must match config "
                          f"({config.n_layer} layers, n_embd {config.n_embd})")
     schedule = tuple("kda" if k == "kda" else "mla" for k in spec.layer_mixers)
     config = replace(config, position="none", tie_embeddings=False)
-    mla_cfg = MLAConfig(d_model=spec.d_model, n_heads=spec.n_head,
+    mla_cfg = MLAConfig(n_embd=spec.n_embd, n_heads=spec.n_head,
                         q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank,
                         qk_nope_head_dim=spec.qk_nope_head_dim,
                         qk_rope_head_dim=spec.qk_rope_head_dim, v_head_dim=spec.v_head_dim,
@@ -90,7 +90,7 @@ def k3_model(config: GPTConfig, spec: ArchSpec, *, situ_beta: float = SITU_BETA,
     d = config.n_embd
     act = dict(beta=situ_beta, linear_beta=situ_linear_beta)
     moe_cfg = LatentMoEConfig(
-        d_model=d, latent_dim=spec.moe_latent_dim, n_routed_experts=spec.n_routed_experts,
+        n_embd=d, latent_dim=spec.moe_latent_dim, n_routed_experts=spec.n_routed_experts,
         n_shared_experts=spec.n_shared_experts, top_k=spec.top_k, d_expert=spec.d_expert,
         latent_norm=spec.moe_latent_norm, situ_beta=situ_beta,
         situ_linear_beta=situ_linear_beta, norm_eps=norm_eps)
@@ -149,7 +149,7 @@ def tiny_k3(config: GPTConfig, *, kda_n_head: int | None = None, kda_head_dim: i
         raise ValueError(f"top_k ({top_k}) must be <= n_routed_experts ({n_routed_experts})")
     kda_layers = hybrid_layers(config.n_layer, check_int(full_attn_every, "full_attn_every", 1) - 1)
     spec = ArchSpec(
-        name="tiny Kimi K3", vocab_size=config.vocab_size, n_layer=config.n_layer, d_model=d,
+        name="tiny Kimi K3", vocab_size=config.vocab_size, n_layer=config.n_layer, n_embd=d,
         n_head=config.n_head, d_ff=d_ff, max_positions=config.block_size, bias=False,
         norm="rmsnorm", tied_embeddings=False, mlp="situ", position="none", attention="mla",
         q_lora_rank=q_lora_rank, kv_lora_rank=kv_lora_rank, qk_nope_head_dim=qk_nope_head_dim,

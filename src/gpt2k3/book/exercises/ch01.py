@@ -31,7 +31,7 @@ def gpt2_param_terms(spec: ArchSpec) -> dict[str, int]:
     ``(V + P) d`` for the token and position tables (the head is tied to the token table and
     adds nothing), ``L (12 d^2 + 13 d)`` for the blocks and ``2 d`` for the final LayerNorm.
     """
-    V, P, L, d = spec.vocab_size, spec.max_positions, spec.n_layer, spec.d_model
+    V, P, L, d = spec.vocab_size, spec.max_positions, spec.n_layer, spec.n_embd
     if spec.ffn_dim != 4 * d or not spec.tied_embeddings or not spec.bias:
         raise ValueError(f"spec must have GPT-2's shape (MLP width 4 d, a tied head, biases), "
                          f"got {spec.name}")
@@ -75,7 +75,7 @@ def forward_last_only(self: GPT2, idx: torch.Tensor, *, last_only: bool = False)
 def head_share(spec: ArchSpec, prompt_len: int) -> dict[str, float]:
     """Exercise 1.3: multiply-adds of the weight matrices for one position -- the blocks' ``12 L
     d^2`` and the head's ``V d`` -- and what ``last_only`` saves in a prefill of ``prompt_len``."""
-    V, L, d = spec.vocab_size, spec.n_layer, spec.d_model
+    V, L, d = spec.vocab_size, spec.n_layer, spec.n_embd
     blocks, head = 12 * L * d * d, V * d
     return {"blocks_macs": blocks, "head_macs": head, "head_share": head / (blocks + head),
             "prefill_saved_macs": (prompt_len - 1) * head,

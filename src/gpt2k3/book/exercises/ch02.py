@@ -26,7 +26,7 @@ def crossings(specs) -> dict[str, float]:
 def crossing_formula(spec: ArchSpec) -> dict[str, float]:
     """Exercise 2.2: that crossing from a GPT-2's shape. The weights are ``(V + P) d + L (12 d^2 +
     13 d) + 2 d`` numbers and a token's cache ``2 L d``; their ratio, term by term."""
-    V, P, L, d = spec.vocab_size, spec.max_positions, spec.n_layer, spec.d_model
+    V, P, L, d = spec.vocab_size, spec.max_positions, spec.n_layer, spec.n_embd
     terms = {"blocks": 6 * d + 13 / 2,           # L (12 d^2 + 13 d) / (2 L d)
              "embeddings": (V + P) / (2 * L),    # the two tables, shared out over the layers
              "final LayerNorm": 1 / L}           # 2 d / (2 L d)

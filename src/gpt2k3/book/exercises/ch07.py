@@ -170,11 +170,11 @@ def capacity_drops(capacity_factors=(1.0, 1.25, 2.0), skews=(0.0, 0.2), seed: in
     changed against ``dispatch`` and the tokens the rule says lose an expert, worked out token
     by token; and that a capacity of the busiest expert's load reproduces ``dispatch``."""
     from gpt2k3.layers.moe import dispatch
-    cfg = MoEConfig(d_model=32, n_routed_experts=16, n_shared_experts=1, top_k=4, d_expert=24,
+    cfg = MoEConfig(n_embd=32, n_routed_experts=16, n_shared_experts=1, top_k=4, d_expert=24,
                     routed_scaling_factor=2.5, n_group=4, topk_group=2)
     torch.manual_seed(check_int(seed, "seed", 0))
     moe = MoE(cfg).double()
-    x = torch.randn(128, cfg.d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
+    x = torch.randn(128, cfg.n_embd, dtype=torch.float64, generator=torch.Generator().manual_seed(seed + 1))
     out = {"tokens": x.shape[0], "balanced": x.shape[0] * cfg.top_k // cfg.n_routed_experts,
            "by_skew": {}}
     with torch.no_grad():

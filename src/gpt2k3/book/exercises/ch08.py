@@ -59,7 +59,7 @@ class LatentFactors:
 
 def latent_moe_factors(spec=KIMI_K3) -> LatentFactors:
     """Exercise 8.1: the derived factors against the package's counts."""
-    d, w, E, k, f = (spec.d_model, spec.moe_latent_dim, spec.n_routed_experts, spec.top_k,
+    d, w, E, k, f = (spec.n_embd, spec.moe_latent_dim, spec.n_routed_experts, spec.top_k,
                      spec.d_expert)
     shared, router, norm = 3 * d * f * spec.n_shared_experts, E * d, w if spec.moe_latent_norm else 0
     stored = (router + shared + 2 * d * w + norm + 3 * E * w * f) / (router + shared + 3 * E * d * f)

@@ -40,7 +40,7 @@ def cache_meets_state(data: dict) -> dict[str, int]:
     tails are the same on both sides and cancel) and found by counting with the chapter's
     :func:`gpt2k3.experiments.recall.state_numbers`."""
     _, model, _ = recall.sweep_config(data)
-    H, D, d = model.n_head, model.head_dim, model.d_model
+    H, D, d = model.n_head, model.head_dim, model.n_embd
     derived = H * D * D // (2 * d)
     counted = next(T for T in range(1, 10 * D)
                    if recall.state_numbers("softmax", model, T)

@@ -39,7 +39,7 @@ def param_breakdown(specs: Sequence[ArchSpec] = GPT2_FAMILY, active: int = 0) ->
 
     def title(s, c):
         return (f"{s.name}: {c.total:,} parameters "
-                f"(L={s.n_layer}, heads={s.n_head}, d={s.d_model}, vocab={s.vocab_size:,})")
+                f"(L={s.n_layer}, heads={s.n_head}, d={s.n_embd}, vocab={s.vocab_size:,})")
 
     if len(specs) == 1:
         fig.update_layout(title_text=title(specs[0], counts[0]))

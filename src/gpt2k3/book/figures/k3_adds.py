@@ -86,7 +86,7 @@ def _source_names(n_blocks: int) -> list[str]:
 
 
 def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] = ATTN_RES_BLOCK_SIZES,
-                     d_model: int = KIMI_K3.d_model, active: int | None = None) -> go.Figure:
+                     n_embd: int = KIMI_K3.n_embd, active: int | None = None) -> go.Figure:
     """Which sources each layer's Attention-Residual read mixes, and what the block size trades.
 
     Left, for the block size the slider picks (in decoder layers, as SGLang's
@@ -94,14 +94,14 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
     closed block's sum, the running sum of the current block) against the layers (columns; the
     read before each token mixer, then the head's), coloured by the weight an untrained read
     gives each source -- uniform, ``1 / R`` over its ``R`` sources (a zero query). Right, over
-    all ``block_sizes``: the widest read (the vectors of ``d_model`` numbers a token keeps at
+    all ``block_sizes``: the widest read (the vectors of ``n_embd`` numbers a token keeps at
     once) and the mean read, against the block size; the dotted line is the slider's. Numbers from
     :func:`gpt2k3.models.k3.attn_res_reads`.
     """
     sizes = _values(block_sizes, "block_sizes")
     reads = [attn_res_reads(n_layer, s) for s in sizes]       # validates n_layer and each size
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-        raise ValueError(f"d_model must be an int >= 1, got {d_model!r}")
+    if isinstance(n_embd, bool) or not isinstance(n_embd, int) or n_embd < 1:
+        raise ValueError(f"n_embd must be an int >= 1, got {n_embd!r}")
     active = _active(sizes, active, KIMI_K3.attn_res_block_size, "block_sizes")
     columns = [str(i + 1) for i in range(n_layer)] + ["head"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.17)
@@ -138,7 +138,7 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
                 available = row < closed or (row == r.n_blocks and partial)
                 line.append(1 / n if available else None)
             z.append(line)
-        numbers = r.max_sources * d_model
+        numbers = r.max_sources * n_embd
         # each step restyles the heatmap (z, its rows) and moves the line marking it
         steps.append(Step(
             label=str(s),
@@ -151,7 +151,7 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
                 f"{r.last_block} layer{'s' if r.last_block != 1 else ''}); the head reads "
                 f"{r.n_blocks} snapshot{'s' if r.n_blocks != 1 else ''} and the running sum"
                 f"<br>the widest read mixes {r.max_sources} sources = {numbers:,} numbers kept "
-                f"per token (a plain residual keeps {d_model:,}); {r.sources_read:,} sources "
+                f"per token (a plain residual keeps {n_embd:,}); {r.sources_read:,} sources "
                 f"read per token over {len(r.reads)} reads")}))
     return _finish(fig, steps, "block size: ", active)
 
@@ -239,7 +239,7 @@ def latent_experts(spec: ArchSpec = KIMI_K3, latent_dims: Sequence[int] = LATENT
 
     Left, for the latent width the slider picks: one MoE layer's parameters, stored and used
     per token, with latent experts and at full width (``moe_latent_dim = 0``: experts read
-    and write ``d_model`` numbers, no projections). Right, over all ``latent_dims``: total
+    and write ``n_embd`` numbers, no projections). Right, over all ``latent_dims``: total
     parameters, active parameters and decode FLOPs per token as fractions of the full-width
     model; the dotted line is :func:`gpt2k3.models.k3.latent_moe_break_even`, the width above which
     the projections cost a token more than the narrower experts save. Numbers from
@@ -259,7 +259,7 @@ def latent_experts(spec: ArchSpec = KIMI_K3, latent_dims: Sequence[int] = LATENT
     fig.add_trace(go.Bar(name="latent experts", x=groups, marker_color=_BLUE,
                          hovertemplate="latent experts, %{x}: %{y:.4s} parameters per MoE layer"
                                        "<extra></extra>"), 1, 1)
-    fig.add_trace(go.Bar(name=f"full width ({spec.d_model:,})", x=groups,
+    fig.add_trace(go.Bar(name=f"full width ({spec.n_embd:,})", x=groups,
                          y=[full.layer_total, full.layer_active], marker_color=_GREY,
                          hovertemplate="full-width experts, %{x}: %{y:.4s} parameters per MoE "
                                        "layer<extra></extra>"), 1, 1)
@@ -296,7 +296,7 @@ def latent_experts(spec: ArchSpec = KIMI_K3, latent_dims: Sequence[int] = LATENT
                   "x": [groups, [w]]},
             traces=[0, 5],
             layout={"title.text": (
-                f"{spec.name}'s routed experts at width {w:,} (of {spec.d_model:,}): "
+                f"{spec.name}'s routed experts at width {w:,} (of {spec.n_embd:,}): "
                 f"{fmt_count(c.total)} parameters, {fmt_count(c.active)} active, "
                 f"{fmt_count(c.flops_per_token)} FLOPs per token<br>at full width: "
                 f"{fmt_count(full.total)}, {fmt_count(full.active)} active, "
@@ -435,7 +435,7 @@ def balancing_runs(n_experts: int = KIMI_K3.n_routed_experts, top_k: int = KIMI_
     sign_steps = [float(x) for x in _values(sign_steps, "sign_steps")]
     g = torch.Generator().manual_seed(seed)
     u = torch.randn(n_experts, generator=g, dtype=torch.float64)
-    cfg = MoEConfig(d_model=1, n_routed_experts=n_experts, n_shared_experts=0, top_k=top_k,
+    cfg = MoEConfig(n_embd=1, n_routed_experts=n_experts, n_shared_experts=0, top_k=top_k,
                     d_expert=1)
     routers = [Router(cfg).double() for _ in sign_steps]
     qb = torch.zeros(n_experts, dtype=torch.float64)
@@ -527,7 +527,7 @@ def latent_moe_schematic(spec: ArchSpec = KIMI_K3) -> go.Figure:
     label is at most two short lines, so that no two labels meet on a phone's 390 px either."""
     if not isinstance(spec, ArchSpec) or not spec.moe_latent_dim:
         raise ValueError(f"spec must be an ArchSpec with a latent MoE, got {spec!r}")
-    d, w, k, n = spec.d_model, spec.moe_latent_dim, spec.top_k, spec.n_routed_experts
+    d, w, k, n = spec.n_embd, spec.moe_latent_dim, spec.top_k, spec.n_routed_experts
     boxes = [  # (x, y, text, colour): centres on a 10 x 7 canvas
         (5.0, 6.3, f"token x<br>width {d:,}", _GREY),
         (1.6, 5.0, f"router<br>top-{k} of {n}", _ORANGE),

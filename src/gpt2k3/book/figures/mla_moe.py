@@ -108,7 +108,7 @@ def mla_cache(spec: ArchSpec = DEEPSEEK_V3, batches: Sequence[int] = (1, 4, 16, 
     return _finish(add_slider(fig, steps, prefix="batch: ", active=active))
 
 
-def routing_counts(n_experts: int = 16, top_k: int = 2, n_tokens: int = 48, d_model: int = 32,
+def routing_counts(n_experts: int = 16, top_k: int = 2, n_tokens: int = 48, n_embd: int = 32,
                    n_topics: int = 4, balance_steps: int = 0, bias_step: float = 0.01,
                    seed: int = 0) -> dict[str, object]:
     """Route ``n_tokens`` toy tokens through a sigmoid top-``top_k`` router over ``n_experts``.
@@ -118,7 +118,7 @@ def routing_counts(n_experts: int = 16, top_k: int = 2, n_tokens: int = 48, d_mo
     load imbalance a real router must fight.  ``balance_steps`` rounds of DeepSeek-V3's
     auxiliary-loss-free balancing (:meth:`gpt2k3.layers.moe.Router.update_bias` with ``bias_step``) are
     applied on these tokens first.  The router weights and the tokens depend only on ``seed``,
-    ``n_experts``, ``n_tokens``, ``d_model`` and ``n_topics``: changing ``top_k`` or
+    ``n_experts``, ``n_tokens``, ``n_embd`` and ``n_topics``: changing ``top_k`` or
     ``balance_steps`` re-routes the same tokens.
 
     Returns ``weights`` (``n_tokens`` rows of ``n_experts`` routing weights, 0 where not
@@ -127,7 +127,7 @@ def routing_counts(n_experts: int = 16, top_k: int = 2, n_tokens: int = 48, d_mo
     ``n_tokens * top_k``), ``topic`` (per token), ``mean_load`` and ``max_over_mean``.
     """
     for name, value, lo in (("n_experts", n_experts, 1), ("top_k", top_k, 1),
-                            ("n_tokens", n_tokens, 1), ("d_model", d_model, 1),
+                            ("n_tokens", n_tokens, 1), ("n_embd", n_embd, 1),
                             ("n_topics", n_topics, 1), ("balance_steps", balance_steps, 0),
                             ("seed", seed, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < lo:
@@ -137,14 +137,14 @@ def routing_counts(n_experts: int = 16, top_k: int = 2, n_tokens: int = 48, d_mo
     if n_topics > n_tokens:
         raise ValueError(f"n_topics ({n_topics}) must be <= n_tokens ({n_tokens})")
     gen = torch.Generator().manual_seed(seed)
-    centres = torch.randn(n_topics, d_model, generator=gen, dtype=torch.float64)
+    centres = torch.randn(n_topics, n_embd, generator=gen, dtype=torch.float64)
     topic = torch.arange(n_tokens) * n_topics // n_tokens
-    x = centres[topic] + 0.5 * torch.randn(n_tokens, d_model, generator=gen, dtype=torch.float64)
-    router = Router(MoEConfig(d_model=d_model, n_routed_experts=n_experts, n_shared_experts=0,
+    x = centres[topic] + 0.5 * torch.randn(n_tokens, n_embd, generator=gen, dtype=torch.float64)
+    router = Router(MoEConfig(n_embd=n_embd, n_routed_experts=n_experts, n_shared_experts=0,
                               top_k=top_k, d_expert=1, score_func="sigmoid")).double()
     with torch.no_grad():
-        router.weight.copy_(torch.randn(n_experts, d_model, generator=gen, dtype=torch.float64)
-                            * d_model ** -0.5)
+        router.weight.copy_(torch.randn(n_experts, n_embd, generator=gen, dtype=torch.float64)
+                            * n_embd ** -0.5)
         for _ in range(balance_steps):
             load = torch.bincount(router(x)[1].flatten(), minlength=n_experts)
             router.update_bias(load, step=bias_step)
@@ -382,7 +382,7 @@ def mla_absorption_schematic():
     return fig
 
 
-def routing_schematic(n_experts: int = 8, top_k: int = 2, d_model: int = 16, seed: int = 0):
+def routing_schematic(n_experts: int = 8, top_k: int = 2, n_embd: int = 16, seed: int = 0):
     """One token through a sigmoid top-``top_k`` router over ``n_experts`` (chapter 7): the
     token, its scores (bars; the chosen ones coloured), the chosen experts and the weighted sum.
 
@@ -395,18 +395,18 @@ def routing_schematic(n_experts: int = 8, top_k: int = 2, d_model: int = 16, see
 
     from gpt2k3.book.figures.matrices import PNGFigure
     for name, value, lo in (("n_experts", n_experts, 2), ("top_k", top_k, 1),
-                            ("d_model", d_model, 1), ("seed", seed, 0)):
+                            ("n_embd", n_embd, 1), ("seed", seed, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < lo:
             raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
     if top_k >= n_experts:
         raise ValueError(f"top_k ({top_k}) must be < n_experts ({n_experts})")
     gen = torch.Generator().manual_seed(seed)
-    router = Router(MoEConfig(d_model=d_model, n_routed_experts=n_experts, n_shared_experts=0,
+    router = Router(MoEConfig(n_embd=n_embd, n_routed_experts=n_experts, n_shared_experts=0,
                               top_k=top_k, d_expert=1, score_func="sigmoid")).double()
     with torch.no_grad():
-        router.weight.copy_(torch.randn(n_experts, d_model, generator=gen, dtype=torch.float64)
-                            * d_model ** -0.5)
-        x = torch.randn(1, d_model, generator=gen, dtype=torch.float64)
+        router.weight.copy_(torch.randn(n_experts, n_embd, generator=gen, dtype=torch.float64)
+                            * n_embd ** -0.5)
+        x = torch.randn(1, n_embd, generator=gen, dtype=torch.float64)
         scores = router.scores(x)[0]
         weights, picked = router(x)
     scores, weights, picked = scores.tolist(), weights[0].tolist(), picked[0].tolist()

@@ -144,7 +144,7 @@ def text_models_table(data: Mapping) -> tuple[list[str], list[list]]:
         layers = f"{names[0]} × {len(names)}" if len(set(names)) == 1 else ", ".join(names)
         sizes = models[m]["sizes"]
         width = (f"experts {sizes['d_expert']}, dense {sizes['d_ff']}" if "d_expert" in sizes
-                 else str(sizes.get("mlp_hidden", 4 * cfg.d_model)))
+                 else str(sizes.get("mlp_hidden", 4 * cfg.n_embd)))
         positions = "learned table" if models[m]["position"] == "learned" else "none (NoPE)"
         rows.append([_label(config, m), layers, positions, MIXER_CONV.get(m, "?"), width,
                      models[m]["params"]["total"],

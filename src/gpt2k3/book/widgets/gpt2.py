@@ -20,7 +20,7 @@ def param_explorer(base: ArchSpec = GPT2_SMALL) -> Explorer:
     style = {"description_width": "initial"}
     n_layer = W.IntSlider(value=base.n_layer, min=1, max=128, description="n_layer", style=style)
     n_head = W.IntSlider(value=base.n_head, min=1, max=128, description="n_head", style=style)
-    n_embd = W.IntSlider(value=base.d_model, min=base.n_head, max=16384 // base.n_head * base.n_head,
+    n_embd = W.IntSlider(value=base.n_embd, min=base.n_head, max=16384 // base.n_head * base.n_head,
                          step=base.n_head,
                          description="n_embd", style=style)
     vocab = W.IntSlider(value=base.vocab_size, min=256, max=262144, step=1, description="vocab",
@@ -43,7 +43,7 @@ def param_explorer(base: ArchSpec = GPT2_SMALL) -> Explorer:
     n_head.observe(keep_divisible, names="value")
 
     def render(n_layer, n_head, n_embd, vocab, tied):
-        spec = base.with_(name="your model", n_layer=n_layer, n_head=n_head, d_model=n_embd,
+        spec = base.with_(name="your model", n_layer=n_layer, n_head=n_head, n_embd=n_embd,
                           vocab_size=vocab, tied_embeddings=tied)
         return param_breakdown([spec])
 

@@ -49,7 +49,7 @@ _SCHEDULES = ([("0:1 (all attention)", 0)] + [(f"{r}:1", r) for r in range(1, 16
 #: published model (Kimi K3 sits well inside every range), small enough that every count,
 #: schedule and plan is computed at once.
 FIELD_BOUNDS: dict[str, tuple[float, float]] = {
-    "vocab_size": (1, 1 << 21), "n_layer": (1, 512), "d_model": (1, 1 << 16),
+    "vocab_size": (1, 1 << 21), "n_layer": (1, 512), "n_embd": (1, 1 << 16),
     "n_head": (1, 1024), "d_ff": (1, 1 << 20), "max_positions": (0, 1 << 24),
     "n_kv_head": (1, 1024), "d_head": (1, 4096), "q_lora_rank": (1, 1 << 16),
     "kv_lora_rank": (0, 1 << 16), "qk_nope_head_dim": (0, 4096), "qk_rope_head_dim": (0, 4096),

@@ -29,8 +29,8 @@ def attn_res_explorer() -> Explorer:
                           style=_STYLE)
     block = W.IntSlider(value=KIMI_K3.attn_res_block_size, min=1, max=KIMI_K3.n_layer,
                         description="block size (decoder layers)", style=_STYLE)
-    d_model = W.Dropdown(options=[768, 2304, 4096, 7168, 8192], value=KIMI_K3.d_model,
-                         description="d_model", style=_STYLE)
+    n_embd = W.Dropdown(options=[768, 2304, 4096, 7168, 8192], value=KIMI_K3.n_embd,
+                         description="n_embd", style=_STYLE)
 
     def follow(change):
         block.max = change["new"]
@@ -38,11 +38,11 @@ def attn_res_explorer() -> Explorer:
 
     n_layer.observe(follow, names="value")
 
-    def render(n_layer, block, d_model):
+    def render(n_layer, block, n_embd):
         sizes = sorted({1, 2, 4, 8, 16, 32, 64, 128, block, n_layer} & set(range(1, n_layer + 1)))
-        return attn_res_sources(n_layer, sizes, d_model=d_model, active=sizes.index(block))
+        return attn_res_sources(n_layer, sizes, n_embd=n_embd, active=sizes.index(block))
 
-    return explorer({"n_layer": n_layer, "block": block, "d_model": d_model}, render,
+    return explorer({"n_layer": n_layer, "block": block, "n_embd": n_embd}, render,
                     title="Attention Residuals: the sources of every read")
 
 
@@ -66,14 +66,14 @@ def bounded_decay_explorer() -> Explorer:
 
 def latent_moe_explorer() -> Explorer:
     """Kimi K3's MoE with any expert count, experts per token (up to the count), expert width
-    and latent width (up to ``d_model``)."""
+    and latent width (up to ``n_embd``)."""
     experts = W.IntSlider(value=KIMI_K3.n_routed_experts, min=8, max=2048, step=8,
                           description="routed experts", style=_STYLE)
     top_k = W.IntSlider(value=KIMI_K3.top_k, min=1, max=64, description="experts per token",
                         style=_STYLE)
     d_expert = W.IntSlider(value=KIMI_K3.d_expert, min=256, max=8192, step=256,
                            description="expert width", style=_STYLE)
-    latent = W.IntSlider(value=KIMI_K3.moe_latent_dim, min=256, max=KIMI_K3.d_model, step=256,
+    latent = W.IntSlider(value=KIMI_K3.moe_latent_dim, min=256, max=KIMI_K3.n_embd, step=256,
                          description="latent width", style=_STYLE)
 
     def follow(change):

@@ -59,7 +59,7 @@ def train_explorer(data: Mapping | None = None) -> Explorer:
         if not train:
             return W.HTML("Choose a mixer, a seed and a budget, then switch on <b>train</b>. "
                           f"Tasks: P = {', '.join(str(t.n_pairs) for t in tasks)} pairs; model: "
-                          f"{model.n_layer} layers, d_model {model.d_model}, {model.n_head} heads.")
+                          f"{model.n_layer} layers, n_embd {model.n_embd}, {model.n_head} heads.")
         result = recall.train(mixer, tasks, replace(model, **VARIANTS[variant]), config, seed=seed,
                               until=steps)
         reference = None

@@ -136,7 +136,7 @@ def text_train_explorer(data: Mapping | None = None) -> Explorer:
     def render(mixer, seed, steps, train):
         if not train:
             return W.HTML("Choose a model, a seed and a budget, then switch on <b>train</b>. "
-                          f"Model: {model.n_layer} layers, width {model.d_model}, context "
+                          f"Model: {model.n_layer} layers, width {model.n_embd}, context "
                           f"{model.context} bytes; batch {train_cfg.batch_size}.")
         if "data" not in corpus:
             from gpt2k3.experiments.corpus import kjv_data
