@@ -445,11 +445,10 @@ _beta_range = st.one_of(bad_tensor((B, H, T)), st.just(torch.full((B, H, T), 2.5
                         st.just(torch.full((B, H, T), -0.1)))
 _state = bad_tensor((B, H, D, D), optional=True, finite=False)
 _chunk = bad_pos_int()
-for _name in ("ops.delta.recurrent", "ops.delta.chunkwise", "ops.delta.chunkwise_reference"):
+for _name in ("ops.delta.recurrent", "ops.delta.chunkwise", "ops.delta.chunkwise_reference",
+              "seed.seed_one_shot"):
     extra = {"chunk_size": _chunk} if _name.endswith("chunkwise") else {}
     case(_name, _qkvb, q=_seq, k=_seq, v=_seq, beta=_beta, initial_state=_state, **extra)
-case("seed.seed_one_shot", _qkvb, q=bad_tensor((B, H, T, D)), k=bad_tensor((B, H, T, D)),
-     v=bad_tensor((B, H, T, D)), beta=_beta_range, initial_state=bad_tensor((B, H, D, D), optional=True))
 
 
 def _gated(kda=False):

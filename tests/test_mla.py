@@ -405,10 +405,6 @@ def test_mla_cache_variants_and_figure():
         mla_cache(max_context=10)
 
 
-def test_decode_naive_is_the_old_name_of_extend():
-    assert MLA.decode_naive is MLA.extend
-
-
 @pytest.mark.parametrize("call, match", [
     (lambda x, p: apply_rope(x[..., :5], p, 100.0, True), "d even"),
     (lambda x, p: apply_rope(x, p, 100.0, "no"), "interleave"),

@@ -51,28 +51,24 @@ __all__ = [
     "check_finite",
     "check_same_dtype",
     "check_draw",
-    "check_qkv",
     "check_qkv_shapes",
     "check_attention_qkv",
     "check_attention",
     "check_chunk_size",
     "check_choice",
     "check_instance",
-    "check_per_token",
-    "check_state",
     "check_state_shape",
     "check_write_strength",
-    "check_delta_rule",
-    "log_decay_inputs",
     "check_log_decay",
     "check_gdn_gate",
     "check_kda_gate",
     "check_delta_rule_call",
     "check_gated_delta_rule_call",
+    "check_chunkwise_call",
+    "check_gated_chunkwise_call",
     "check_linear_attention_call",
     "check_linear_decode_call",
     "check_linear_state",
-    "linear_attention_inputs",
     "WRITE_STRENGTH_RTOL",
     "compute_dtype",
     "output_dtype",
@@ -295,20 +291,9 @@ def check_draw(generator, dtype) -> None:
         raise ValueError(f"dtype must be a real floating torch.dtype, got {dtype!r}")
 
 
-def check_qkv(q, k, v) -> tuple[int, int, int, int, int]:
-    """Check ``q, k`` are ``(B, H, T, Dk)`` and ``v`` is ``(B, H, T, Dv)``: floating, finite.
-
-    Returns ``(B, H, T, Dk, Dv)``.
-    """
-    dims = check_qkv_shapes(q, k, v)
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        check_finite(x, name)
-    return dims
-
-
 def check_qkv_shapes(q, k, v) -> tuple[int, int, int, int, int]:
-    """:func:`check_qkv` without reading a value (no finiteness scan, so no host sync): floating
-    ``q, k`` of shape ``(B, H, T, Dk)`` and ``v`` of shape ``(B, H, T, Dv)``.
+    """Floating ``q, k`` of shape ``(B, H, T, Dk)`` and ``v`` of shape ``(B, H, T, Dv)``; reads no
+    value (no host sync).
 
     Returns ``(B, H, T, Dk, Dv)``.
     """
@@ -365,25 +350,9 @@ def check_attention(q, k, v, scale=None, dropout_p: float = 0.0) -> None:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
 
 
-def check_per_token(value, name: str, B: int, H: int, T: int) -> torch.Tensor:
-    """Require a finite floating per-token scalar of shape ``(B, H, T)`` (e.g. ``beta``)."""
-    check_float_tensor(value, name)
-    if tuple(value.shape) != (B, H, T):
-        raise ValueError(
-            f"{name} must have shape (B, H, T) = {_fmt((B, H, T))}; got {_fmt(value.shape)}"
-        )
-    return check_finite(value, name)
-
-
-def check_state(value, name: str, shape: tuple[int, ...], names: str) -> torch.Tensor:
-    """Require a finite floating state of exactly ``shape``; ``names`` spells it, e.g.
-    ``"(B, H, Dk, Dv)"``."""
-    return check_finite(check_state_shape(value, name, shape, names), name)
-
-
 def check_state_shape(value, name: str, shape: tuple[int, ...], names: str) -> torch.Tensor:
-    """:func:`check_state` without the finiteness scan (no host sync): a floating tensor of
-    exactly ``shape``."""
+    """A floating tensor of exactly ``shape`` (``names`` spells it, e.g. ``"(B, H, Dk, Dv)"``);
+    reads no value (no host sync)."""
     check_float_tensor(value, name)
     if tuple(value.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {names} = {_fmt(shape)}; got {_fmt(value.shape)}")
@@ -422,18 +391,6 @@ def check_write_strength(beta: torch.Tensor, k: torch.Tensor, beta_name: str = "
         )
 
 
-def check_delta_rule(q, k, v, beta, initial_state=None) -> tuple[int, int, int, int, int]:
-    """All arguments of a DeltaNet form: ``q, k (B, H, T, Dk)``, ``v (B, H, T, Dv)``,
-    ``beta (B, H, T)`` with ``beta * |k|^2`` in ``[0, 2]``, an optional ``initial_state
-    (B, H, Dk, Dv)``; every tensor floating and finite. Returns ``(B, H, T, Dk, Dv)``."""
-    B, H, T, Dk, Dv = check_qkv(q, k, v)
-    check_per_token(beta, "beta", B, H, T)
-    if initial_state is not None:
-        check_state(initial_state, "initial_state", (B, H, Dk, Dv), "(B, H, Dk, Dv)")
-    check_write_strength(beta, k)
-    return B, H, T, Dk, Dv
-
-
 def check_log_decay(x, A_log, dt_bias, lower_bound=None, *, per_channel=True) -> None:
     """The door of a forget-gate function (``gpt2k3.layers.deltanet``'s ``*_log_decay``).
 
@@ -469,15 +426,6 @@ def check_kda_gate(x, A_log, dt_bias, lower_bound=None) -> None:
     check_log_decay(x, A_log, dt_bias, lower_bound)
 
 
-def log_decay_inputs(x, A_log, dt_bias, lower_bound=None, *, per_channel=True):
-    """:func:`check_log_decay`, then ``(x, A_log, dt_bias)`` in ``x``'s dtype or float32 if
-    wider, ``dt_bias`` shaped ``(H, Dk)`` (or ``(H,)``) to broadcast against ``x``. Kept for the
-    exercises that still call it; the gate functions themselves cast in their own bodies."""
-    check_log_decay(x, A_log, dt_bias, lower_bound, per_channel=per_channel)
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    return x.to(dtype), A_log.to(dtype), dt_bias.to(dtype).view(x.shape[2:])
-
-
 def check_linear_state(value, name: str, B: int, H: int, Dk: int, Dv: int):
     """A linear-attention state: ``None`` or a pair ``(S, z)``, ``S (B, H, Dk, Dv)`` and
     ``z (B, H, Dk)``, floating (values are not read). Returns ``(S, z)`` or ``(None, None)``."""
@@ -494,38 +442,9 @@ def check_linear_state(value, name: str, B: int, H: int, Dk: int, Dv: int):
     return S, z
 
 
-def linear_attention_inputs(q, k, v, initial_state=None, eps: float = 1e-6, normalize: bool = True,
-                            chunk_size: int = 1, *, one_token: bool = False):
-    """The one check of a linear-attention op (:mod:`gpt2k3.ops.linear`, the seed's prefill).
-
-    Checks :func:`check_qkv_shapes`, ``eps`` a finite float ``> 0``, ``normalize`` a bool, a
-    positive ``chunk_size``, an ``initial_state`` as :func:`check_linear_state` and
-    (``one_token``) a single token, ``T = 1``. Returns ``(q, k, v, (S, z), out_dtype)``: the
-    inputs and the state (the given one or zeros, ``(B, H, Dk, Dv)`` and ``(B, H, Dk)``) in the
-    compute dtype (:func:`compute_dtype`; no copy of what is already in it), and the dtype
-    outputs are returned in.
-
-    No value is read, so a decode step can afford it. The normalised form also needs
-    non-negative ``q`` and ``k``: that is the feature map's promise (the layer applies ``elu1``),
-    not scanned here, as finiteness is checked at the layer's input.
-    """
-    B, H, T, Dk, Dv = check_qkv_shapes(q, k, v)
-    check_positive_float(eps, "eps")
-    if not isinstance(normalize, bool):
-        raise ValueError(f"normalize must be a bool, got {normalize!r}")
-    check_chunk_size(chunk_size)
-    if one_token and T != 1:
-        raise ValueError(f"q_t, k_t and v_t must hold one token, shape (B, H, 1, D); got T={T}")
-    S, z = check_linear_state(initial_state, "initial_state", B, H, Dk, Dv)
-    dtype = compute_dtype(q, k, v, S, z)
-    if S is None:
-        S, z = q.new_zeros(B, H, Dk, Dv, dtype=dtype), q.new_zeros(B, H, Dk, dtype=dtype)
-    return q.to(dtype), k.to(dtype), v.to(dtype), (S.to(dtype), z.to(dtype)), output_dtype(q, k, v)
-
-
-def check_delta_rule_call(q, k, v, beta, g=None, *, initial_state=None, chunk_size=64) -> None:
-    """The door of the delta-rule ops: floating tensors whose shapes agree, ``q, k, v`` of one
-    dtype, a positive ``chunk_size``. It reads no value, so it never waits on the device."""
+def check_delta_rule_call(q, k, v, beta, g=None, *, initial_state=None) -> None:
+    """The door of the token-by-token delta-rule ops: floating tensors whose shapes agree, ``q, k,
+    v`` of one dtype. It reads no value, so it never waits on the device."""
     if not all(isinstance(x, torch.Tensor) and x.ndim == 4 for x in (q, v)):
         raise ValueError(f"q and v must be tensors (B, H, T, D), got {_what(q)} and {_what(v)}")
     (B, H, T, Dk), Dv = q.shape, v.shape[-1]
@@ -540,15 +459,28 @@ def check_delta_rule_call(q, k, v, beta, g=None, *, initial_state=None, chunk_si
             raise ValueError(f"{name} must be a floating tensor of shape {want}, got {_what(x)}")
     if not q.dtype == k.dtype == v.dtype:
         raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def check_chunkwise_call(q, k, v, beta, g=None, *, initial_state=None, chunk_size=64) -> None:
+    """The door of the chunkwise delta-rule ops: :func:`check_delta_rule_call` and a positive
+    ``chunk_size``."""
+    check_delta_rule_call(q, k, v, beta, g, initial_state=initial_state)
     check_chunk_size(chunk_size)
 
 
-def check_gated_delta_rule_call(q, k, v, beta, g, *, initial_state=None, chunk_size=64) -> None:
-    """The door of the gated ops (:mod:`gpt2k3.ops.gated_delta`): :func:`check_delta_rule_call`
-    with the log decay ``g`` required."""
+def check_gated_delta_rule_call(q, k, v, beta, g, *, initial_state=None) -> None:
+    """The door of the gated token-by-token ops (:mod:`gpt2k3.ops.gated_delta`):
+    :func:`check_delta_rule_call` with the log decay ``g`` required."""
     if g is None:
         raise ValueError("g must be a floating tensor of shape (B, H, T) or (B, H, T, Dk), got None")
-    check_delta_rule_call(q, k, v, beta, g, initial_state=initial_state, chunk_size=chunk_size)
+    check_delta_rule_call(q, k, v, beta, g, initial_state=initial_state)
+
+
+def check_gated_chunkwise_call(q, k, v, beta, g, *, initial_state=None, chunk_size=64) -> None:
+    """The door of the gated chunkwise op: :func:`check_gated_delta_rule_call` and a positive
+    ``chunk_size``."""
+    check_gated_delta_rule_call(q, k, v, beta, g, initial_state=initial_state)
+    check_chunk_size(chunk_size)
 
 
 def _what(x) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from gpt2k3.checks import check_delta_rule, compute_dtype, linear_attention_inputs, output_dtype
+from gpt2k3.checks import check_delta_rule_call, check_linear_attention_call, checked
 from gpt2k3.ops.linear import EPS
 
 
@@ -52,6 +52,7 @@ def seed_cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return scores.softmax(-1) @ v, (k, v)
 
 
+@checked(check_linear_attention_call)
 def seed_prefill(q, k, v, *, eps: float = EPS):
     """The seed article's one-shot prefill, repaired only so that it runs -- WRONG for ``T > 1``.
 
@@ -71,13 +72,15 @@ def seed_prefill(q, k, v, *, eps: float = EPS):
     Returns:
         ``(o, (S, z))``.
     """
-    q, k, v, _, dtype = linear_attention_inputs(q, k, v, None, eps)
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v = (x.to(dtype) for x in (q, k, v))
     S = k.transpose(-1, -2) @ v  # (B, H, Dk, Dv): all T tokens, the future included
     z = k.sum(-2)  # repaired: the seed's z = z + k is (B, H, Dk, T), never summed over tokens
     o = (q @ S) / (q @ z.unsqueeze(-1) + eps)
-    return o.to(dtype), (S, z)
+    return o.to(out_dtype), (S, z)
 
 
+@checked(check_delta_rule_call)
 def seed_one_shot(q, k, v, beta, *, initial_state=None):
     """The seed article's DeltaNet snippet applied to a whole sequence at once -- wrong for ``T > 1``.
 
@@ -90,11 +93,11 @@ def seed_one_shot(q, k, v, beta, *, initial_state=None):
     Returns:
         ``(o, S)``.
     """
-    B, H, T, Dk, Dv = check_delta_rule(q, k, v, beta, initial_state)
-    cdt, odt = compute_dtype(q, k, v, beta, initial_state), output_dtype(q, k, v)
-    q, k, v, beta = q.to(cdt), k.to(cdt), v.to(cdt), beta.to(cdt)
-    S0 = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state.to(cdt)
-    v_old = k @ S0
+    out_dtype, dtype = v.dtype, torch.promote_types(v.dtype, torch.float32)
+    q, k, v, beta = (x.to(dtype) for x in (q, k, v, beta))
+    B, H, T, Dk = k.shape
+    S0 = k.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state.to(dtype)
+    v_old = k @ S0  # every old value read from the incoming state
     U = beta.unsqueeze(-1) * (v - v_old)
     S = S0 + k.transpose(-1, -2) @ U
-    return (q @ S).to(odt), S
+    return (q @ S).to(out_dtype), S

@@ -34,7 +34,7 @@ Two equivalent decode paths read that cache:
 
 * :meth:`MLA.extend` decompresses ``k_nope`` and ``v`` for every cached position with
   ``kv_b_proj`` and then runs ordinary attention (it is also the prefill: any number of new
-  tokens; ``decode_naive`` is its old name, kept as an alias).
+  tokens).
 * :meth:`MLA.decode_absorbed` uses associativity instead. Writing ``W_UK_h`` for the
   ``(qk_nope_head_dim, kv_lora_rank)`` key block of ``kv_b_proj`` and ``W_UV_h`` for the value
   block, ``q_nope_h . (W_UK_h c_s) = (W_UK_h^T q_nope_h) . c_s``: the key up-projection is folded
@@ -418,9 +418,6 @@ class MLA(nn.Module):
         out = self._attend_expanded(x, *cache.view(), q_start=start)
         return out[:, 0] if squeeze else out
 
-    #: the old name of :meth:`extend` (it was never only a decode step)
-    decode_naive = extend
-
     @checked(check_mla_step)
     def decode_absorbed(self, x_t: torch.Tensor, cache: LatentCache) -> torch.Tensor:
         """:meth:`extend` with the up-projections absorbed (same inputs, outputs and cache
@@ -453,8 +450,8 @@ class MLA(nn.Module):
         """RoPE at positions ``start, start + 1, ...`` (dim -2); NoPE (``cfg.rope=False``): none."""
         if not self.cfg.rope:
             return x
-        positions = torch.arange(start, start + x.shape[-2])       # checked config: the bare body
-        return apply_rope.__wrapped__(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
+        positions = torch.arange(start, start + x.shape[-2])
+        return apply_rope(x, positions, self.cfg.rope_theta, self.cfg.rope_interleave)
 
     def _queries(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``q_nope`` ``(B, H, T, dn)`` and roped ``q_rope`` ``(B, H, T, dr)`` from ``start`` on."""

@@ -47,8 +47,9 @@ and equal to flash-linear-attention's references.
 
 Each form is a pure body: it casts its inputs to float32 or wider, creates its state, and does
 its arithmetic. Its arguments are checked once, at its door (:func:`gpt2k3.checks.checked` with
-:func:`gpt2k3.checks.check_delta_rule_call`), which reads shapes and dtypes but never a value, so
-no call waits on the device. The values are the caller's contract: the layers produce unit keys,
+:func:`gpt2k3.checks.check_delta_rule_call`, or :func:`gpt2k3.checks.check_chunkwise_call` where
+there is a ``chunk_size``), which reads shapes and dtypes but never a value, so no call waits on
+the device. The values are the caller's contract: the layers produce unit keys,
 ``beta`` from a sigmoid and ``g <= 0`` by construction, and
 :func:`gpt2k3.checks.check_write_strength` names a write strength outside the range below.
 
@@ -73,7 +74,7 @@ from __future__ import annotations
 
 import torch
 
-from gpt2k3.checks import check_delta_rule_call, checked
+from gpt2k3.checks import check_chunkwise_call, check_delta_rule_call, checked
 from gpt2k3.ops.chunks import as_chunks, chunk_spans, intra_chunk, pass_state
 from gpt2k3.ops.wy import (
     ChunkCost,
@@ -106,7 +107,7 @@ def recurrent(q, k, v, beta, *, initial_state=None):
     return o.to(out_dtype), S
 
 
-@checked(check_delta_rule_call)
+@checked(check_chunkwise_call)
 def chunkwise_reference(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """DeltaNet a chunk at a time, the chapter's derivation step by step: one chunk after another,
     its UT transform by one triangular solve. A teaching duplicate of the fast form
@@ -131,7 +132,7 @@ def chunkwise_reference(q, k, v, beta, *, initial_state=None, chunk_size: int = 
     return o.to(out_dtype), S
 
 
-@checked(check_delta_rule_call)
+@checked(check_chunkwise_call)
 def chunkwise(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """DeltaNet a chunk of ``chunk_size`` tokens at a time, the fast form: the state-independent
     step (:func:`~gpt2k3.ops.chunks.intra_chunk`) for a whole group of chunks at once, then the

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import torch
 
-from gpt2k3.checks import check_gated_delta_rule_call, checked
+from gpt2k3.checks import check_gated_chunkwise_call, check_gated_delta_rule_call, checked
 from gpt2k3.ops import delta
 from gpt2k3.ops.chunks import as_chunks, chunk_spans, intra_chunk_gated, pass_state
 
@@ -89,7 +89,7 @@ def recurrent(q, k, v, beta, g, *, initial_state=None):
     return o.to(out_dtype), S
 
 
-@checked(check_gated_delta_rule_call)
+@checked(check_gated_chunkwise_call)
 def chunkwise(q, k, v, beta, g, *, initial_state=None, chunk_size: int = 64):
     """Gated DeltaNet / KDA a chunk of ``chunk_size`` tokens at a time, the fast form of
     :func:`gpt2k3.ops.delta.chunkwise` with the decays threaded through its steps; equals

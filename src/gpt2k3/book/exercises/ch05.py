@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_delta_rule_call, check_int, check_positive_int, checked
+from gpt2k3.checks import check_chunkwise_call, check_delta_rule_call, check_int, check_positive_int, checked
 from gpt2k3.ops import delta
 from gpt2k3.ops.wy import chunkwise_cost
 
@@ -122,7 +122,7 @@ def recurrent_read_first(q, k, v, beta, *, initial_state=None):
     return o.to(out_dtype), S
 
 
-@checked(check_delta_rule_call)
+@checked(check_chunkwise_call)
 def chunkwise_read_first(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """:func:`gpt2k3.ops.delta.chunkwise_reference` with the chunk's causal mask one diagonal
     lower, ``tril(-1)``: token ``i`` of a chunk no longer sees its own correction, so it reads
@@ -147,7 +147,7 @@ def chunkwise_read_first(q, k, v, beta, *, initial_state=None, chunk_size: int =
 
 
 # ---------------------------------------------------------------------- 5.4 change the code
-@checked(check_delta_rule_call)
+@checked(check_chunkwise_call)
 def chunkwise_wy(q, k, v, beta, *, initial_state=None, chunk_size: int = 64):
     """:func:`gpt2k3.ops.delta.chunkwise_reference` with the UT transform replaced by the WY
     recursion row by row (:func:`gpt2k3.ops.wy.wy_representation`): the same ``W`` and ``U``,

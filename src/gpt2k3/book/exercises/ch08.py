@@ -24,7 +24,7 @@ from gpt2k3.accounting import kda_log_decay
 from gpt2k3.accounting import k3_mechanisms as k3n
 from gpt2k3.archs import K3_GATE_LOWER_BOUND, KIMI_K3, KIMI_K3_CHECKPOINT
 from gpt2k3.book.figures.k3_adds import ATTN_RES_BLOCK_SIZES
-from gpt2k3.checks import check_finite_number, check_int, check_positive_int, log_decay_inputs
+from gpt2k3.checks import check_finite_number, check_int, check_kda_gate, check_positive_int, checked
 from gpt2k3.experiments.forgetting import half_life
 from gpt2k3.layers.deltanet import bounded_log_decay
 
@@ -112,26 +112,28 @@ def half_life_at_midpoint(lower_bound: float = K3_GATE_LOWER_BOUND) -> float:
 
 
 # ---------------------------------------------------------------------- 8.4 change the code
-def check_a_log_per_channel(A_log, x) -> torch.Tensor:
-    """Require ``A_log`` of shape ``(Dk,)``, one number per key channel of ``x`` ``(B, T, H, Dk)``
-    (the front door of :func:`bounded_log_decay_per_channel`)."""
+def check_a_log_per_channel(x, A_log, dt_bias, lower_bound=K3_GATE_LOWER_BOUND) -> None:
+    """The door of :func:`bounded_log_decay_per_channel`: the arguments of
+    :func:`gpt2k3.layers.deltanet.bounded_log_decay`, with ``A_log`` of shape ``(Dk,)``, one
+    number per key channel of ``x`` ``(B, T, H, Dk)``."""
     Dk = x.shape[-1] if isinstance(x, torch.Tensor) and x.ndim == 4 else None
     if not isinstance(A_log, torch.Tensor) or not A_log.dtype.is_floating_point or Dk is None \
             or tuple(A_log.shape) != (Dk,):
         got = f"{A_log.dtype} {tuple(A_log.shape)}" if isinstance(A_log, torch.Tensor) else type(A_log).__name__
         raise ValueError(f"A_log must be a floating tensor of shape (Dk,) = ({Dk},), one per key "
                          f"channel of x (B, T, H, Dk), got {got}")
-    return A_log
+    check_kda_gate(x, A_log.new_zeros(x.shape[2]), dt_bias, lower_bound)  # x and dt_bias as there
 
 
+@checked(check_a_log_per_channel)
 def bounded_log_decay_per_channel(x: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                                   lower_bound: float = K3_GATE_LOWER_BOUND) -> torch.Tensor:
     """:func:`gpt2k3.layers.deltanet.bounded_log_decay` with the other public reading of K3's
     ``A_log``: one value per key channel, ``(Dk,)``, shared by every head, instead of one per
     head. ``x`` and ``dt_bias`` as there."""
-    check_a_log_per_channel(A_log, x)  # (Dk,): channel i of every head shares exp(A_log[i])
-    x, _, dt_bias = log_decay_inputs(x, A_log.new_zeros(x.shape[2]), dt_bias, lower_bound)
-    return lower_bound * torch.sigmoid(A_log.to(x.dtype).exp() * (x + dt_bias))
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    x, A_log, dt_bias = (t.to(dtype) for t in (x, A_log, dt_bias))
+    return lower_bound * torch.sigmoid(A_log.exp() * (x + dt_bias.view(x.shape[2:])))  # (Dk,) per channel
 
 
 def compare_a_log_readings(spec=KIMI_K3, stored: int | None = None, H: int = 3, Dk: int = 4,
