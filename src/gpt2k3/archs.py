@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 
 from gpt2k3.accounting import ArchSpec, VisionTower, hybrid_layers
+from gpt2k3.checks import is_real
 
 __all__ = ["CODE_READ", "GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
@@ -356,7 +357,7 @@ def gpt2_multiples(total: float = K3_TOTAL_PARAMS) -> dict[str, float]:
     """
     from gpt2k3.accounting import count_params
 
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or not 0 < total < math.inf:
+    if not is_real(total) or not 0 < total < math.inf:
         raise ValueError(f"total must be a positive, finite number of parameters, got {total!r}")
     exact = count_params(GPT2_SMALL).total
     rounded = round(exact, -6)

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from gpt2k3.checks import check_positive_int
+from gpt2k3.checks import check_positive_int, is_int
 
 __all__ = ["LayerCache", "StateCache", "ModelCache", "nbytes_of", "check_cache", "check_tokens", "sizes_of", "KVCache", "ConcatKVCache", "concat_cache", "concat_copy_bytes", "ConvCache"]
 
@@ -48,7 +48,7 @@ def nbytes_of(obj: Any) -> int:
 
 def check_tokens(t: Any, name: str = "t") -> int:
     """A number of new tokens: an int >= 0 (``ValueError`` otherwise)."""
-    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+    if not is_int(t) or t < 0:
         raise ValueError(f"{name} must be a non-negative int (a number of tokens), got {t!r}")
     return t
 
@@ -225,12 +225,12 @@ def check_cache(cache: Any, n_layer: int) -> ModelCache | None:
 
 def sizes_of(sizes: Sequence[int], total: int) -> list[int]:
     """Positive ints adding up to ``total`` (``ValueError`` otherwise)."""
-    if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+    if not is_int(total) or total < 1:
         raise ValueError(f"total must be a positive int (a number of tokens), got {total!r}")
     if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
         raise ValueError(f"sizes must be a sequence of positive ints, got {sizes!r}")
     sizes = list(sizes)
-    if any(isinstance(s, bool) or not isinstance(s, int) or s <= 0 for s in sizes) \
+    if any(not is_int(s) or s <= 0 for s in sizes) \
             or sum(sizes) != total:
         raise ValueError(f"sizes must be positive ints adding up to T = {total}, got {sizes}")
     return sizes

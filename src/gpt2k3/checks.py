@@ -38,6 +38,7 @@ __all__ = [
     "checked",
     "check_bool",
     "is_int",
+    "is_real",
     "check_nonnegative_int",
     "check_positive_number",
     "check_bytes",
@@ -45,6 +46,7 @@ __all__ = [
     "check_int",
     "check_positive_int",
     "check_number",
+    "check_finite_number",
     "check_positive_float",
     "check_tensor",
     "check_float_tensor",
@@ -150,9 +152,9 @@ def check_number(value, name: str, lo: float = -math.inf, hi: float = math.inf, 
     ``what`` replaces the default description ("a number in [lo, hi]") in the message.
     Returns the value as a ``float``.
     """
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    ok = is_real(value)
     if ok:
-        x = float(value)
+        x = _as_float(value)
         ok = (lo < x if lo_open else lo <= x) and x <= hi  # False for NaN
     if not ok:
         if what is None:
@@ -161,15 +163,16 @@ def check_number(value, name: str, lo: float = -math.inf, hi: float = math.inf, 
     return x
 
 
-def check_finite_number(value, name: str, sign: int, allow_zero: bool = False) -> float:
-    """Require a finite real number (not ``bool``) that is positive (``sign`` 1) or negative
-    (``sign`` -1), or zero too with ``allow_zero``. Returns it as a ``float``."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
-        and (float(value) * sign > 0 or (allow_zero and float(value) == 0))
+def check_finite_number(value, name: str, sign: int = 0, allow_zero: bool = False) -> float:
+    """Require a finite real number (not ``bool``): of any sign (``sign`` 0), positive (1) or
+    negative (-1), or zero too with ``allow_zero``. Returns it as a ``float``."""
+    x = _as_float(value) if is_real(value) else math.nan
+    ok = math.isfinite(x) and (sign == 0 or x * sign > 0 or (allow_zero and x == 0))
     if not ok:
-        kind = ("non-" + ("negative" if sign > 0 else "positive")) if allow_zero else \
-            ("positive" if sign > 0 else "negative")
-        raise ValueError(f"{name} must be a finite {kind} number, got {value!r}")
+        kind = {0: "", 1: "positive ", -1: "negative "}[sign]
+        if sign and allow_zero:
+            kind = "non-" + ("negative " if sign > 0 else "positive ")
+        raise ValueError(f"{name} must be a finite {kind}number, got {value!r}")
     return float(value)
 
 
@@ -177,8 +180,7 @@ def check_positive_float(value, name: str, none_ok: bool = False) -> float | Non
     """Require a finite real number ``> 0`` (or ``None`` when ``none_ok``); returns a ``float``."""
     if none_ok and value is None:
         return None
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not ok or not 0 < float(value) < math.inf:  # False for NaN
+    if not is_real(value) or not 0 < _as_float(value) < math.inf:  # False for NaN
         raise ValueError(f"{name} must be {'None or ' if none_ok else ''}a finite float > 0, "
                          f"got {value!r}")
     return float(value)
@@ -187,6 +189,20 @@ def check_positive_float(value, name: str, none_ok: bool = False) -> float | Non
 def check_chunk_size(value, name: str = "chunk_size") -> int:
     """Require a positive integer chunk size."""
     return check_positive_int(value, name)
+
+
+def _as_float(value) -> float:
+    """A real number as a ``float``; an int too large for one becomes an infinity, so that a
+    finite bound rejects it with the argument's name rather than an ``OverflowError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def is_real(value) -> bool:
+    """A real number (Python, NumPy) that is not a ``bool``; NaN and infinities included."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def is_int(value) -> bool:
@@ -204,8 +220,7 @@ def check_nonnegative_int(value, name: str) -> int:
 def check_positive_number(value, name: str, what: str = "number") -> float:
     """Require a finite real number ``> 0`` (not ``bool``); the message says "a positive
     ``what``". Returns it unchanged."""
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or value <= 0):
+    if not is_real(value) or not math.isfinite(_as_float(value)) or value <= 0:
         raise ValueError(f"{name} must be a positive {what}, got {value!r}")
     return value
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from gpt2k3.checks import check_positive_int
+from gpt2k3.checks import check_bool, check_positive_int, is_real
 
 
 @dataclass(frozen=True)
@@ -34,19 +34,12 @@ class GPTConfig:
             if f.name == "position":
                 if value not in ("learned", "none"):
                     raise ValueError(f"position must be 'learned' or 'none', got {value!r}")
-            elif f.name == "tie_embeddings":
-                if not isinstance(value, bool):
-                    raise ValueError(f"tie_embeddings must be a bool, got {value!r}")
+            elif f.name in ("tie_embeddings", "bias"):
+                check_bool(value, f.name)
             elif f.name == "dropout":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                        or not 0.0 <= value < 1.0:
+                if not is_real(value) or not 0.0 <= value < 1.0:
                     raise ValueError(f"dropout must be in [0, 1), got {value!r}")
-            elif f.name == "bias":
-                if not isinstance(value, bool):
-                    raise ValueError(f"bias must be a bool, got {value!r}")
-            elif not isinstance(value, int):  # a float like 12.0 is a mistake, not a size
-                raise ValueError(f"{f.name} must be a positive int, got {value!r}")
-            else:
+            else:  # a float like 12.0 is a mistake, not a size
                 check_positive_int(value, f.name)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from gpt2k3.accounting.spec import ArchSpec, check_spec
+from gpt2k3.checks import check_finite_number
 
 __all__ = ["kda_log_decay", "kda_log_decay_range"]
 
@@ -21,17 +22,12 @@ def kda_log_decay(x: float, a_log: float = 0.0, dt_bias: float = 0.0,
     ``exp(b)`` of its state per step (``e^-5`` ~ 0.67% for K3) and never more than all of it.
     """
     for name, value in (("x", x), ("a_log", a_log), ("dt_bias", dt_bias)):
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value)):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        check_finite_number(value, name)
     z = x + dt_bias
     if lower_bound is None:
         softplus = z + math.log1p(math.exp(-z)) if z > 0 else math.log1p(math.exp(z))
         return -math.exp(a_log) * softplus
-    if (isinstance(lower_bound, bool) or not isinstance(lower_bound, (int, float))
-            or not math.isfinite(lower_bound) or lower_bound >= 0):
-        raise ValueError(f"lower_bound must be None or a finite negative number, "
-                         f"got {lower_bound!r}")
+    check_finite_number(lower_bound, "lower_bound", -1)
     u = math.exp(a_log) * z
     sigmoid = 1 / (1 + math.exp(-u)) if u >= 0 else math.exp(u) / (1 + math.exp(u))
     return lower_bound * sigmoid

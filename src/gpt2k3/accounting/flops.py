@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpt2k3.accounting.params import _count_params
 from gpt2k3.accounting.spec import ArchSpec, check_spec
-from gpt2k3.checks import check_nonnegative_int
+from gpt2k3.checks import check_bool, check_nonnegative_int
 
 __all__ = ["mla_decode_costs", "flops_per_token"]
 
@@ -62,8 +62,7 @@ def flops_per_token(spec: ArchSpec, context_len: int, mla_absorbed: bool = True)
     """
     check_spec(spec)
     check_nonnegative_int(context_len, "context_len")
-    if not isinstance(mla_absorbed, bool):
-        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    check_bool(mla_absorbed, "mla_absorbed")
     return _flops_per_token(spec, context_len, mla_absorbed)
 
 

@@ -14,7 +14,7 @@ from gpt2k3.accounting.flops import flops_per_token
 from gpt2k3.accounting.params import count_params
 from gpt2k3.accounting.spec import ArchSpec
 from gpt2k3.archs import KIMI_K3_CONFIG
-from gpt2k3.checks import check_finite_number, check_nonnegative_int, check_positive_int
+from gpt2k3.checks import check_bool, check_finite_number, check_nonnegative_int, check_positive_int
 
 __all__: list[str] = ["SITU_BETA", "SITU_LINEAR_BETA"]
 
@@ -249,8 +249,7 @@ def latent_moe_break_even(spec: ArchSpec, stored: bool = False) -> float:
         raise ValueError(f"spec must be an ArchSpec, got {type(spec).__name__}")
     if not spec.is_moe:
         raise ValueError(f"spec must have routed experts, {spec.name} has none")
-    if not isinstance(stored, bool):
-        raise ValueError(f"stored must be a bool, got {stored!r}")
+    check_bool(stored, "stored")
     if stored:
         ef = 3 * spec.n_routed_experts * spec.d_expert
         return ef * spec.n_embd / (ef + 2 * spec.n_embd + (1 if spec.moe_latent_norm else 0))
@@ -267,9 +266,7 @@ def situ_factors(gate: float, up: float, beta: float = SITU_BETA,
     if linear_beta is not None:
         linear_beta = check_finite_number(linear_beta, "linear_beta", 1)
     for name, value in (("gate", gate), ("up", up)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        check_finite_number(value, name)
     sigmoid = 1 / (1 + math.exp(-gate)) if gate >= 0 else math.exp(gate) / (1 + math.exp(gate))
     u = up if linear_beta is None else linear_beta * math.tanh(up / linear_beta)
     return beta * math.tanh(gate / beta) * sigmoid, u
@@ -278,9 +275,7 @@ def situ_factors(gate: float, up: float, beta: float = SITU_BETA,
 def swiglu_reference(gate: float, up: float) -> float:
     """SwiGLU of one pair of plain floats: ``silu(gate) * up = gate sigmoid(gate) up``."""
     for name, value in (("gate", gate), ("up", up)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
+        check_finite_number(value, name)
     sigmoid = 1 / (1 + math.exp(-gate)) if gate >= 0 else math.exp(gate) / (1 + math.exp(gate))
     return gate * sigmoid * up
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from gpt2k3.accounting.spec import ArchSpec, check_spec, hybrid_spec
 from gpt2k3.accounting.units import STATE_DTYPE_BYTES, as_bytes
-from gpt2k3.checks import (check_byte_sizes, check_bytes, check_nonnegative_int,
-    check_positive_int, is_int)
+from gpt2k3.checks import (check_bool, check_byte_sizes, check_bytes, check_nonnegative_int,
+                          check_positive_int, is_int)
 
 __all__ = ["kv_numbers_per_layer", "kv_numbers_per_token", "kv_cache_bytes",
            "mixer_state_numbers", "state_numbers_per_layer", "state_bytes",
@@ -108,8 +108,7 @@ def mixer_state_numbers(n_head: int, d_key: int, d_value: int | None = None,
         d_value = d_key
     check_positive_int(d_value, "d_value")
     check_nonnegative_int(conv_kernel, "conv_kernel")
-    if not isinstance(normalizer, bool):
-        raise ValueError(f"normalizer must be a bool, got {normalizer!r}")
+    check_bool(normalizer, "normalizer")
     recurrent = n_head * d_key * d_value + (n_head * d_key if normalizer else 0)
     conv = max(conv_kernel - 1, 0) * n_head * (2 * d_key + d_value)
     return {"recurrent": recurrent, "conv": conv}

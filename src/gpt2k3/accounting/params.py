@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpt2k3.accounting.spec import ArchSpec, check_spec
-from gpt2k3.checks import check_bool, is_int
+from gpt2k3.checks import check_bool, check_bytes, is_int
 
 __all__ = ["ParamCount", "count_params", "stored_elements", "COMPONENTS", "DETAIL_COMPONENTS",
            "PART_COMPONENTS", "PART_OF_DETAIL", "packed_bytes_per_weight", "checkpoint_bytes",
@@ -338,9 +338,7 @@ def checkpoint_bytes(spec: ArchSpec, expert_bits: int | None = 4, group_size: in
     dtypes of the small tensors (router biases, norms) are taken to be ``other_bytes``, which
     the public listing does not settle and which moves the total by a few hundred kilobytes.
     """
-    if isinstance(other_bytes, bool) or not isinstance(other_bytes, (int, float)) \
-            or not other_bytes > 0 or other_bytes != other_bytes or other_bytes == float("inf"):
-        raise ValueError(f"other_bytes must be a positive number of bytes, got {other_bytes!r}")
+    check_bytes(other_bytes, "other_bytes")
     check_bool(router_bias, "router_bias")
     check_bool(include_vision, "include_vision")
     e = stored_elements(spec, expert_bits, group_size, router_bias, a_log_stored, include_vision)

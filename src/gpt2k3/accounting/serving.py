@@ -292,8 +292,7 @@ def roofline_band(spec: ArchSpec, context_len: int, batch: int = 1, band: dict |
     _n_devices(n_devices)
     check_nonnegative_int(context_len, "context_len")
     check_positive_int(batch, "batch")
-    if not isinstance(mla_absorbed, bool):
-        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    check_bool(mla_absorbed, "mla_absorbed")
     return {name: _roofline(spec, context_len, batch, hw, n_devices, weight_bytes, cache_bytes,
                             state_dtype_bytes, mla_absorbed, expert_bytes)
             for name, hw in band.items()}
@@ -572,8 +571,7 @@ def plan_roofline(spec: ArchSpec, plan: ServingPlan, context_len: int, batch: in
     shared_flops = 2 * seqs * (c.matmul_active - routed_active) / tp
     expert_flops = (2 * batch * routed_active * plan.experts_per_device / spec.n_routed_experts
                     if spec.is_moe else 0.0)
-    if not isinstance(mla_absorbed, bool):
-        raise ValueError(f"mla_absorbed must be a bool, got {mla_absorbed!r}")
+    check_bool(mla_absorbed, "mla_absorbed")
     mixing = _flops_per_token(spec, context_len, mla_absorbed) - 2 * c.matmul_active
     flops = shared_flops + expert_flops + seqs * mixing / tp
     return Roofline(batch=batch, n_devices=1, bytes_per_step=moved, flops_per_step=flops,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
-from gpt2k3.checks import is_int
+from gpt2k3.checks import check_bool, is_int, is_real
 
 
 __all__ = ["ArchSpec", "VisionTower", "ATTENTION_KINDS", "NORMS", "MLPS", "POSITIONS",
@@ -200,8 +200,7 @@ class ArchSpec:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         for name in ("bias", "tied_embeddings", "mla_output_gate", "kda_full_rank_gate",
                      "moe_latent_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), name)
         for name in ("moe_latent_dim", "attn_res_block_size"):
             value = getattr(self, name)
             if not is_int(value) or value < 0:
@@ -256,8 +255,7 @@ class ArchSpec:
             raise ValueError("kda_n_head and kda_head_dim must be positive when kda_layers is "
                              f"not empty, got {self.kda_n_head} and {self.kda_head_dim}")
         bound = self.kda_gate_lower_bound
-        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float))
-                                  or not math.isfinite(bound) or bound >= 0):
+        if bound is not None and not (is_real(bound) and math.isfinite(bound) and bound < 0):
             raise ValueError("kda_gate_lower_bound must be None (unbounded decay) or a finite "
                              f"negative number (the log-decay lies in (bound, 0)), got {bound!r}")
 

@@ -28,8 +28,9 @@ million documents, 40 GB of text), but not how many tokens the models were train
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
+
+from gpt2k3.checks import is_real
 
 __all__ = ["TrainingRun", "TRAINING_RUNS", "CLAIMED_MULTIPLIERS", "K3_REPORT",
            "k3_recipe_rows", "training_flops", "training_compute", "compute_ratio", "size_ratios"]
@@ -202,8 +203,7 @@ def training_flops(n_params: float, tokens: float | None) -> float | None:
 
 
 def _check_count(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not 0 < float(value) < math.inf:
+    if not is_real(value) or not 0 < float(value) < math.inf:
         raise ValueError(f"{name} must be a positive, finite number, got {value!r}")
     return float(value)
 

@@ -30,6 +30,8 @@ from typing import Any, Sequence
 
 from IPython.display import Markdown
 
+from gpt2k3.checks import check_bool, check_finite_number, check_positive_int, is_real
+
 __all__ = ["glue", "md_table", "bound", "sig", "GLUE_DIGITS", "fmt_bytes", "fmt_decimal_bytes",
            "fmt_gb", "fmt_count", "Listing", "show_source", "show_diff", "source_of"]
 
@@ -43,9 +45,8 @@ GLUE_DIGITS = 6
 
 def sig(x: float, digits: int = 3) -> float:
     """``x`` rounded to ``digits`` significant digits (0 and non-finite values unchanged)."""
-    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
-        raise ValueError(f"digits must be a positive int, got {digits!r}")
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+    check_positive_int(digits, "digits")
+    if not is_real(x):
         raise TypeError(f"x must be a real number, got {type(x).__name__}")
     x = float(x)
     if x == 0 or not math.isfinite(x):
@@ -56,7 +57,7 @@ def sig(x: float, digits: int = 3) -> float:
 
 
 def _real(name: str, n, nonneg: bool = True) -> float:
-    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n):
+    if not is_real(n) or not math.isfinite(n):
         raise ValueError(f"{name} must be a finite number, got {n!r}")
     if nonneg and n < 0:
         raise ValueError(f"{name} must be >= 0, got {n!r}")
@@ -92,8 +93,7 @@ def fmt_count(n: float, sign: bool = False) -> str:
     """A count in short form: ``'47.5B'``, ``'2.81T'``, ``'124M'``; with ``sign``, ``'+1.17B'``,
     ``'−4.97M'`` (a true minus sign)."""
     n = _real("n", n, nonneg=False)
-    if not isinstance(sign, bool):
-        raise ValueError(f"sign must be a bool, got {sign!r}")
+    check_bool(sign, "sign")
     mark = ("+" if n > 0 else "−" if n < 0 else "") if sign else ("−" if n < 0 else "")
     a = abs(n)
     for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
@@ -115,9 +115,8 @@ def bound(difference: Any, tol: float, what: str = "difference") -> str:
     ``AssertionError`` otherwise, so a real regression stops the notebook) and shows
     ``"≤ 1e-5"``, which holds on every machine.
     """
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (0 < tol < math.inf):
-        raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    if isinstance(difference, bool) or not isinstance(difference, numbers.Real):
+    check_finite_number(tol, "tol", 1)
+    if not is_real(difference):
         try:  # a 0-d tensor or NumPy scalar
             difference = float(difference)
         except (TypeError, ValueError):

@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpt2k3.checks import check_bool
+
 __all__ = ["results_dir", "packaged_dir", "load", "exists"]
 
 _SUBDIR = Path("benchmarks") / "results"
@@ -78,8 +80,7 @@ def load(name: str, missing_ok: bool = False) -> Any:
 
     The local checkout's file takes precedence over the copy shipped in the package.
     """
-    if not isinstance(missing_ok, bool):
-        raise ValueError(f"missing_ok must be a bool, got {missing_ok!r}")
+    check_bool(missing_ok, "missing_ok")
     path = _find(_check_name(name))
     if path is None:
         if missing_ok:

@@ -65,7 +65,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from gpt2k3.checks import check_positive_int
+from gpt2k3.checks import check_positive_int, check_positive_number, is_int
 
 __all__ = ["BIBLE_PROGRAM", "KJV_RANGE", "INSTALL_HINT", "BOOKS", "OLD_TESTAMENT", "NEW_TESTAMENT",
            "VALIDATION_BOOKS", "VOCAB_SIZE", "Book", "Split", "KJVData", "find_bible", "dump_kjv",
@@ -395,10 +395,9 @@ def ngram_bits(train: torch.Tensor, validation: torch.Tensor, order: int, alpha:
     ``(c(context, byte) + alpha) / (c(context) + 256 alpha)``. Scored from the ``order``-th
     validation byte on. ``order=1`` is the byte frequencies, 2 a bigram table, 3 a trigram table:
     the level a model reaches by knowing only the last ``order - 1`` bytes."""
-    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= 4:
+    if not is_int(order) or not 1 <= order <= 4:
         raise ValueError(f"order must be an int in [1, 4], got {order!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < float("inf"):
-        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+    check_positive_number(alpha, "alpha")
     for name, d in (("train", train), ("validation", validation)):
         if not isinstance(d, torch.Tensor) or d.dim() != 1 or d.dtype.is_floating_point:
             raise ValueError(f"{name} must be a 1-D integer tensor of byte ids")
@@ -439,10 +438,9 @@ def ngram_window_bits(train: torch.Tensor, windows: tuple[torch.Tensor, torch.Te
     ``order``-th byte of the row on, given the ``order - 1`` bytes before each inside the row (so
     a trigram table skips each window's first target, which has one byte before it). Equal to
     the mean of :func:`ngram_bits` over the rows, with the table counted once."""
-    if isinstance(order, bool) or not isinstance(order, int) or not 1 <= order <= 4:
+    if not is_int(order) or not 1 <= order <= 4:
         raise ValueError(f"order must be an int in [1, 4], got {order!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < float("inf"):
-        raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+    check_positive_number(alpha, "alpha")
     if not isinstance(train, torch.Tensor) or train.dim() != 1 or train.dtype.is_floating_point \
             or train.numel() < order:
         raise ValueError(f"train must be a 1-D integer tensor of at least order = {order} byte ids")

@@ -42,7 +42,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_int, check_number
+from gpt2k3.checks import check_int, check_number, is_real
 from gpt2k3.ops import gated_delta
 
 __all__ = ["half_life", "log_alpha_for_half_life", "RecallCurve", "fact_recall",
@@ -52,7 +52,7 @@ __all__ = ["half_life", "log_alpha_for_half_life", "RecallCurve", "fact_recall",
 # ---------------------------------------------------------------------------- validation
 def _log_alpha(log_alpha, d: int) -> torch.Tensor:
     """A scalar gate -> 0-d tensor; a per-channel gate -> ``(d,)`` tensor; both float64, <= 0."""
-    if isinstance(log_alpha, (int, float)) and not isinstance(log_alpha, bool):
+    if is_real(log_alpha):
         la = torch.tensor(float(log_alpha), dtype=torch.float64)
     else:
         try:

@@ -146,9 +146,8 @@ def _beta_as_tensor(beta, n: int, dtype) -> torch.Tensor:
                 f"beta must be a float or a tensor of shape (N,) = ({n},); got {tuple(beta.shape)}"
             )
         return beta.to(dtype)
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)):
-        raise ValueError(f"beta must be a float or a tensor of shape (N,) = ({n},); got {beta!r}")
-    return torch.full((n,), float(beta), dtype=dtype)
+    beta = check_number(beta, "beta", what=f"a float or a tensor of shape (N,) = ({n},)")
+    return torch.full((n,), beta, dtype=dtype)
 
 
 def _write_delta_batched(keys: torch.Tensor, values: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import torch
 
-from gpt2k3.checks import check_instance, check_int
+from gpt2k3.checks import check_bool, check_instance, check_int, is_int
 
 __all__ = ["BLANK", "IGNORE", "MQARConfig", "MQARBatch", "mqar", "as_table"]
 
@@ -72,8 +72,7 @@ class MQARConfig:
     def __post_init__(self):
         P = check_int(self.n_pairs, "n_pairs", 1)
         V = check_int(self.vocab_size, "vocab_size", 5)
-        if not isinstance(self.distinct_keys, bool):
-            raise ValueError(f"distinct_keys must be a bool, got {self.distinct_keys!r}")
+        check_bool(self.distinct_keys, "distinct_keys")
         n_keys = (V - 1) // 2
         if self.distinct_keys and P > n_keys:
             raise ValueError(f"n_pairs must be <= {n_keys}, the number of key tokens of a "
@@ -176,7 +175,7 @@ def as_table(batch: MQARBatch, config: MQARConfig, index: int = 0) -> tuple[list
     position, rows for the token, its role (key, value, query, blank) and the target."""
     if not isinstance(batch, MQARBatch) or not isinstance(config, MQARConfig):
         raise ValueError("batch must be an MQARBatch and config its MQARConfig")
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < batch.inputs.shape[0]:
+    if not is_int(index) or not 0 <= index < batch.inputs.shape[0]:
         raise ValueError(f"index must be in [0, {batch.inputs.shape[0]}), got {index!r}")
     tokens, targets, mask = (t[index].tolist() for t in batch)
     P = config.n_pairs

@@ -197,8 +197,7 @@ class Muon(torch.optim.Optimizer):
         check_number(momentum, "momentum", 0.0, 1.0, what="a number in [0, 1)")
         if momentum == 1.0:
             raise ValueError("momentum must be a number in [0, 1), got 1.0")
-        if not isinstance(nesterov, bool):
-            raise ValueError(f"nesterov must be a bool, got {nesterov!r}")
+        check_bool(nesterov, "nesterov")
         check_int(ns_steps, "ns_steps", 1)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise ValueError(f"betas must be a pair of numbers in [0, 1), got {betas!r}")
@@ -253,8 +252,7 @@ class Muon(torch.optim.Optimizer):
 
 def _check_group(group: dict) -> None:
     """A parameter group's own settings, checked as the constructor's are."""
-    if not isinstance(group["muon"], bool):
-        raise ValueError(f"a group's 'muon' must be a bool, got {group['muon']!r}")
+    check_bool(group["muon"], "a group's 'muon'")
     check_finite_number(group["lr"], "lr", 1)
     check_finite_number(group["weight_decay"], "weight_decay", 1, allow_zero=True)
     if group["muon"]:

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from gpt2k3.archs import K3_GATE_LOWER_BOUND
 from gpt2k3.cache import StateCache, check_layer_cache
 from gpt2k3.checks import (check_finite_number, check_gdn_gate, check_int, check_kda_gate,
-                           check_layer_input, check_positive_float, checked)
+                          check_layer_input, check_positive_float, checked, is_real)
 from gpt2k3.config import GPTConfig
 from gpt2k3.layers.conv import ShortConv
 from gpt2k3.layers.norms import GatedRMSNorm
@@ -150,7 +150,7 @@ class DeltaLayer(nn.Module):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
         H = config.n_head if n_head is None else check_int(n_head, "n_head", 1)
         Dk = config.head_dim if head_dim is None else check_int(head_dim, "head_dim", 1)
-        if isinstance(expand_v, bool) or not isinstance(expand_v, (int, float)) or expand_v <= 0 \
+        if not is_real(expand_v) or expand_v <= 0 \
                 or not float(Dk * expand_v).is_integer():
             raise ValueError(f"expand_v must be a positive number with head_dim * expand_v an "
                              f"integer (head_dim = {Dk}), got {expand_v!r}")

@@ -69,7 +69,8 @@ import torch
 from torch import nn
 
 from gpt2k3.cache import LayerCache, check_layer_cache
-from gpt2k3.checks import check_bool, check_layer_input, check_positive_int, checked
+from gpt2k3.checks import (check_bool, check_layer_input, check_positive_float, check_positive_int,
+                          checked, is_int, is_real)
 from gpt2k3.layers.norms import RMSNorm
 
 __all__ = ["MLAConfig", "MLA", "LatentCache", "apply_rope", "latent_numbers_per_token", "mha_equivalent_numbers_per_token", "compare_decodes"]
@@ -111,15 +112,11 @@ class MLAConfig:
         if self.qk_rope_head_dim % 2:
             raise ValueError("qk_rope_head_dim must be even (RoPE rotates pairs of dims), "
                              f"got {self.qk_rope_head_dim}")
-        if not (isinstance(self.rope_theta, (int, float)) and not isinstance(self.rope_theta, bool)
-                and math.isfinite(self.rope_theta) and self.rope_theta > 1):
+        if not (is_real(self.rope_theta) and 1 < self.rope_theta < math.inf):
             raise ValueError(f"rope_theta must be a finite number > 1, got {self.rope_theta!r}")
-        if not (isinstance(self.norm_eps, (int, float)) and not isinstance(self.norm_eps, bool)
-                and math.isfinite(self.norm_eps) and self.norm_eps > 0):
-            raise ValueError(f"norm_eps must be a finite number > 0, got {self.norm_eps!r}")
+        check_positive_float(self.norm_eps, "norm_eps")
         for name in ("rope_interleave", "rope", "output_gate"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), name)
 
     @property
     def hidden_size(self) -> int:
@@ -214,8 +211,7 @@ def check_rope(x, positions, theta, interleave) -> None:
     if not isinstance(positions, torch.Tensor) or tuple(positions.shape) != (x.shape[-2],):
         raise ValueError(f"positions must be a tensor of shape (T={x.shape[-2]},), got "
                          f"{getattr(positions, 'shape', type(positions).__name__)}")
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) \
-            or not 1 < theta < math.inf:
+    if not is_real(theta) or not 1 < theta < math.inf:
         raise ValueError(f"theta must be a finite number > 1, got {theta!r}")
     check_bool(interleave, "interleave")
 
@@ -527,7 +523,7 @@ def compare_decodes(model: MLA, x: torch.Tensor, n_prefill: int = 1) -> dict[str
     """
     check_mla_forward(model, x)
     t = x.shape[1]
-    if isinstance(n_prefill, bool) or not isinstance(n_prefill, int) or not 1 <= n_prefill < t:
+    if not is_int(n_prefill) or not 1 <= n_prefill < t:
         raise ValueError(f"n_prefill must be an int in [1, T={t}), got {n_prefill!r}")
     ref = model(x)[:, n_prefill:]
     naive_cache, absorbed_cache = model.new_cache(x.shape[0], t), model.new_cache(x.shape[0], t)

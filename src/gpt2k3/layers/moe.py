@@ -41,8 +41,8 @@ from torch import nn
 
 from gpt2k3.accounting.k3_mechanisms import SITU_BETA, SITU_LINEAR_BETA
 from gpt2k3.archs import K3_RMS_NORM_EPS
-from gpt2k3.checks import (check_finite_number, check_float_tensor, check_int,
-                           check_layer_input, checked)
+from gpt2k3.checks import (check_bool, check_finite_number, check_float_tensor, check_int,
+                          check_layer_input, check_positive_float, checked)
 from gpt2k3.layers.mlp import SituGLU, SwiGLU
 from gpt2k3.layers.norms import RMSNorm
 
@@ -80,11 +80,8 @@ class MoEConfig:
             raise ValueError(f"top_k={self.top_k} must be <= n_routed_experts={self.n_routed_experts}")
         if self.score_func not in ("softmax", "sigmoid"):
             raise ValueError(f"score_func must be 'softmax' or 'sigmoid', got {self.score_func!r}")
-        if not isinstance(self.norm_topk_prob, bool):
-            raise ValueError(f"norm_topk_prob must be a bool, got {self.norm_topk_prob!r}")
-        r = self.routed_scaling_factor
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            raise ValueError(f"routed_scaling_factor must be a finite number > 0, got {r!r}")
+        check_bool(self.norm_topk_prob, "norm_topk_prob")
+        check_positive_float(self.routed_scaling_factor, "routed_scaling_factor")
         if self.n_routed_experts % self.n_group:
             raise ValueError(
                 f"n_group={self.n_group} must divide n_routed_experts={self.n_routed_experts}"
@@ -455,8 +452,7 @@ class LatentMoEConfig:
         if self.top_k > self.n_routed_experts:
             raise ValueError(f"top_k ({self.top_k}) must be <= n_routed_experts "
                              f"({self.n_routed_experts})")
-        if not isinstance(self.latent_norm, bool):
-            raise ValueError(f"latent_norm must be a bool, got {self.latent_norm!r}")
+        check_bool(self.latent_norm, "latent_norm")
 
     def router_config(self) -> MoEConfig:
         """The router's rule, :class:`gpt2k3.layers.moe.MoEConfig`: sigmoid scores (``noaux_tc``),

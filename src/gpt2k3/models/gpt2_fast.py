@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpt2k3.checks import check_positive_int, check_sampling, check_token_ids
+from gpt2k3.checks import check_nonnegative_int, check_positive_int, check_sampling, check_token_ids
 from gpt2k3.layers.attention import CausalSelfAttention, GPT2Attention
 from gpt2k3.layers.mlp import MLP
 from gpt2k3.model import GPT2, sample
@@ -188,8 +188,7 @@ class FastDecoder:
 
         ``idx`` must have this decoder's batch size and ``T + max_new_tokens <= max_len``.
         """
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+        check_nonnegative_int(max_new_tokens, "max_new_tokens")
         check_sampling(temperature, top_k, self.config.vocab_size)
         B, T = check_token_ids(idx, self.config.vocab_size)
         if B != self.batch:

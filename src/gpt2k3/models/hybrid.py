@@ -39,6 +39,7 @@ from gpt2k3.config import GPTConfig
 from gpt2k3.layers.attention import CausalSelfAttention
 from gpt2k3.layers.deltanet import KDA
 from gpt2k3.model import GPT
+from gpt2k3.checks import check_positive_int, is_int
 
 __all__ = ["KDA_KIND", "ATTENTION_KIND", "hybrid_schedule", "hybrid_mixer", "hybrid_gpt",
            "schedule_of", "forward_in_pieces"]
@@ -55,11 +56,10 @@ def hybrid_schedule(n_layer: int, ratio: int | None = 3) -> tuple[str, ...]:
     4, 8, ..., 24 and 27, 1-based). ``ratio=0`` is all attention (GPT-2); ``ratio=None`` is all
     KDA, with no growing cache at all. Returns a tuple of ``"kda"`` / ``"attention"``.
     """
-    if isinstance(n_layer, bool) or not isinstance(n_layer, int) or n_layer <= 0:
-        raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
+    check_positive_int(n_layer, "n_layer")
     if ratio is None:
         return (KDA_KIND,) * n_layer
-    if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 0:
+    if not is_int(ratio) or ratio < 0:
         raise ValueError(f"ratio must be None (all KDA) or a non-negative int, got {ratio!r}")
     linear = set(hybrid_layers(n_layer, ratio))
     return tuple(KDA_KIND if i in linear else ATTENTION_KIND for i in range(n_layer))

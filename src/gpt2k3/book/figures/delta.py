@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 from gpt2k3.book.figures.linear import equation_rows
-from gpt2k3.checks import check_int
+from gpt2k3.checks import check_int, check_number
 from gpt2k3.experiments import memory
 from gpt2k3.ops.wy import chunkwise_cost
 
@@ -57,9 +57,7 @@ def _ints(xs, name: str, minimum: int) -> list[int]:
 
 
 def _beta(b, name: str = "beta") -> float:
-    if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b <= 2:
-        raise ValueError(f"{name} must be a float in [0, 2], got {b!r}")
-    return float(b)
+    return check_number(b, name, 0, 2, what="a float in [0, 2]")
 
 
 def n_grid(d: int, points: int = 16) -> list[int]:
@@ -266,7 +264,7 @@ def read_erase_write_stages(d: int = 8, n_stored: int = 4, target: int = 1, beta
         ("2 · read", step.before, rank1_read, step.v_old,
          "read the board: v_old = k S (middle: kᵀ v_old, what the key retrieves)"),
         ("3 · erase", step.erased, -beta * rank1_read, step.read_erased,
-         f"erase: S − β kᵀ v_old; the key now reads (1 − β) v_old"),
+         "erase: S − β kᵀ v_old; the key now reads (1 − β) v_old"),
         ("4 · write", step.after, beta * torch.outer(k, v_new), step.read_after,
          "write: + β kᵀ v; the key reads (1 − β) v_old + β v"),
     ]

@@ -25,6 +25,7 @@ from gpt2k3.accounting import (
 from gpt2k3.archs import KIMI_LINEAR_48B
 from gpt2k3.book.display import fmt_decimal_bytes, sig
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.checks import check_finite_number, check_int, is_int
 from gpt2k3.experiments import forgetting as fg
 
 # hybrid_spec, hybrid_cache_bytes and ratio_label are gpt2k3.accounting's, listed here because
@@ -127,8 +128,7 @@ def memory_half_life(log_alphas: Sequence[float] = (0.0, -0.003, -0.01, -0.03, -
     ``(alpha (1 - beta/d))^t``); a vertical line marks the gate's half-life ``ln 2 / -log alpha``.
     """
     log_alphas = _values(log_alphas, "log_alphas")
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 2:
-        raise ValueError(f"n_tokens must be an int >= 2, got {n_tokens!r}")
+    n_tokens = check_int(n_tokens, "n_tokens", 2)
     grid = _log_grid(n_tokens)
     fig = go.Figure()
     traces = [("nothing written after it (the gate alone)", _GREEN, "solid"),
@@ -188,13 +188,10 @@ def channel_decay(d: int = 16, keeps: Sequence[int] = (2, 4, 8, 12, 14),
     """
     keeps = _values(keeps, "keeps")
     for keep in keeps:
-        if isinstance(keep, bool) or not isinstance(keep, int) or not 1 <= keep <= d - 1:
+        if not is_int(keep) or not 1 <= keep <= d - 1:
             raise ValueError(f"each entry of keeps must be an int in [1, d - 1 = {d - 1}] (both "
                              f"kinds of channel must exist), got {keep!r}")
-    if (isinstance(log_alpha_fast, bool) or not isinstance(log_alpha_fast, (int, float))
-            or not math.isfinite(log_alpha_fast) or log_alpha_fast > 0):
-        raise ValueError(f"log_alpha_fast must be a finite number <= 0 (a decay in (0, 1]), "
-                         f"got {log_alpha_fast!r}")
+    check_finite_number(log_alpha_fast, "log_alpha_fast", -1, allow_zero=True)
     if log_alpha_fast == 0:
         raise ValueError("log_alpha_fast must be < 0 (the forgetting channels must forget)")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.38, 0.62], horizontal_spacing=0.12)

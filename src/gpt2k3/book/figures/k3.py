@@ -55,6 +55,7 @@ from gpt2k3.book.figures.k3_tables import (
     weight_choice,
 )
 from gpt2k3.book.figures.mla_moe import PARAM_SPECS, param_components
+from gpt2k3.checks import is_int
 
 # full_attention is gpt2k3.accounting's, listed here because the chapter's figures are built on it.
 __all__ = ["full_attention", "k3_params", "k3_hybrid", "k3_batching", "k3_roofline", "k3_devices", "kimi_linear_check", "k3_dashboard"]
@@ -65,7 +66,7 @@ _HYBRID, _FULL, _GREY = PALETTE[0], PALETTE[5], "#666666"
 
 def _positive_ints(name: str, xs) -> list[int]:
     xs = list(xs)
-    if not xs or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in xs):
+    if not xs or any(not is_int(x) or x < 1 for x in xs):
         raise ValueError(f"{name} must be a non-empty sequence of positive ints, got {xs!r}")
     return xs
 

@@ -30,6 +30,7 @@ from gpt2k3.accounting.k3_mechanisms import (
 from gpt2k3.archs import KIMI_K3
 from gpt2k3.book.display import fmt_count
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.checks import check_int, is_int
 from gpt2k3.experiments.forgetting import half_life
 
 __all__ = ["attn_res_sources", "bounded_decay", "latent_experts", "situ_vs_swiglu",
@@ -61,7 +62,7 @@ def _active(values: list, active, default, name: str) -> int:
     position (the first step if ``default`` is not among ``values``)."""
     if active is None:
         return values.index(default) if default in values else 0
-    if isinstance(active, bool) or not isinstance(active, int) or not 0 <= active < len(values):
+    if not is_int(active) or not 0 <= active < len(values):
         raise ValueError(f"active must be an index into {name} (0..{len(values) - 1}), "
                          f"got {active!r}")
     return active
@@ -100,8 +101,7 @@ def attn_res_sources(n_layer: int = KIMI_K3.n_layer, block_sizes: Sequence[int] 
     """
     sizes = _values(block_sizes, "block_sizes")
     reads = [attn_res_reads(n_layer, s) for s in sizes]       # validates n_layer and each size
-    if isinstance(n_embd, bool) or not isinstance(n_embd, int) or n_embd < 1:
-        raise ValueError(f"n_embd must be an int >= 1, got {n_embd!r}")
+    n_embd = check_int(n_embd, "n_embd", 1)
     active = _active(sizes, active, KIMI_K3.attn_res_block_size, "block_sizes")
     columns = [str(i + 1) for i in range(n_layer)] + ["head"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.17)
@@ -182,8 +182,7 @@ def bounded_decay(a_logs: Sequence[float] = (-1.0, 0.0, 1.0, 2.0), dt_bias: floa
     lo, hi = (float(v) for v in x_range) if len(x_range) == 2 else (None, None)
     if lo is None or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"x_range must be two finite numbers lo < hi, got {x_range!r}")
-    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
-        raise ValueError(f"points must be an int >= 2, got {points!r}")
+    points = check_int(points, "points", 2)
     active = _active(a_logs, active, 0.0, "a_logs")
     xs = _grid(lo, hi, points)
     floor_life = half_life(lower_bound)
@@ -328,8 +327,7 @@ def situ_vs_swiglu(betas: Sequence[float] = SITU_BETAS, linear_beta: float = SIT
         if lo is None or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"{name} must be two finite numbers lo < hi, got {r!r}")
         ranges.append((lo, hi))
-    if isinstance(points, bool) or not isinstance(points, int) or points < 2:
-        raise ValueError(f"points must be an int >= 2, got {points!r}")
+    points = check_int(points, "points", 2)
     active = _active(betas, active, SITU_BETA, "betas")
     gs, us = _grid(*ranges[0], points), _grid(*ranges[1], points)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)

@@ -31,6 +31,7 @@ from gpt2k3.accounting import (
 from gpt2k3.accounting.decode import weights_cache_crossing
 from gpt2k3.book.display import fmt_bytes
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.checks import check_positive_int, is_int
 
 __all__ = ["registered_specs", "weight_and_cache_bytes", "cache_growth", "decode_step_bytes",
            "cache_bound_crossover", "decode_speed", "decode_roofline", "concat_vs_preallocated",
@@ -68,7 +69,7 @@ def cache_growth(specs: Sequence[ArchSpec] | None = None, batches: Sequence[int]
     if not specs:
         raise ValueError("specs must hold at least one ArchSpec")
     nbytes = dtype_bytes("dtype", dtype)
-    if not batches or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in batches):
+    if not batches or any(not is_int(b) or b < 1 for b in batches):
         raise ValueError(f"batches must be positive ints, got {batches!r}")
     ctx = log_grid(1, max_context)
     fig = go.Figure()
@@ -116,8 +117,7 @@ def decode_step_bytes(specs: Sequence[ArchSpec] | None = None,
         raise ValueError("specs and contexts must not be empty")
     wb = dtype_bytes("weight_dtype", weight_dtype)
     cb = dtype_bytes("cache_dtype", cache_dtype)
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    check_positive_int(batch, "batch")
     names = [s.name for s in specs]
     fig = go.Figure([
         go.Bar(name="weights read", x=names, marker_color=PALETTE[0],
@@ -161,7 +161,7 @@ def cache_bound_crossover(specs: Sequence[ArchSpec] | None = None,
     wb = dtype_bytes("weight_dtype", weight_dtype)
     cbs = [dtype_bytes("cache_dtypes", d) for d in cache_dtypes]
     batches = list(batches)
-    if not batches or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in batches):
+    if not batches or any(not is_int(b) or b < 1 for b in batches):
         raise ValueError(f"batches must be positive ints, got {batches!r}")
     fig = go.Figure([go.Scatter(name=s.name, mode="lines+markers", line_color=PALETTE[i % len(PALETTE)],
                                 hovertemplate="batch %{x}: cache-bound beyond %{y:,.0f} tokens"
@@ -274,8 +274,7 @@ def kv_cache_schematic(max_len: int = 10, prompt_len: int = 4, n_steps: int = 4,
     ``length .. length + t - 1`` (orange) and its queries read every filled slot (the row below);
     nothing cached is copied (grey)."""
     for name, value in (("max_len", max_len), ("prompt_len", prompt_len), ("n_steps", n_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(value, name)
     if prompt_len + n_steps > max_len:
         raise ValueError(f"prompt_len + n_steps must be at most max_len={max_len}, got "
                          f"{prompt_len + n_steps}")

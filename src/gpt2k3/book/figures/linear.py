@@ -30,7 +30,7 @@ from plotly.subplots import make_subplots
 
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
 from gpt2k3.book.figures.matrices import PNGFigure
-from gpt2k3.checks import check_int
+from gpt2k3.checks import check_int, check_positive_float
 from gpt2k3.seed import seed_prefill
 from gpt2k3.ops import linear as _linear
 
@@ -245,8 +245,7 @@ def feature_map_weights_data(q: torch.Tensor, k: torch.Tensor, scale: float = 1.
             raise ValueError(f"{name} must be a (T, D) tensor, got {getattr(x, 'shape', type(x))}")
     if q.shape != k.shape:
         raise ValueError(f"k must have the shape of q {tuple(q.shape)}, got {tuple(k.shape)}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
-        raise ValueError(f"scale must be a finite float > 0, got {scale!r}")
+    scale = check_positive_float(scale, "scale")
     q, k = q.double() * scale, k.double() * scale
     T, D = q.shape
     future = torch.ones(T, T, dtype=torch.bool).triu(1)

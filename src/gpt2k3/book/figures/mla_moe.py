@@ -26,6 +26,7 @@ from gpt2k3.accounting import (
 from gpt2k3.archs import DEEPSEEK_V3, GPT2_SMALL, GPT2_XL, KIMI_K2, KIMI_LINEAR_48B
 from gpt2k3.book.display import fmt_count, fmt_gb
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
+from gpt2k3.checks import check_int, is_int
 from gpt2k3.layers.moe import MoEConfig, Router
 
 __all__ = ["mla_cache_variants", "mla_cache", "routing_counts", "moe_routing", "moe_balancing",
@@ -70,10 +71,9 @@ def mla_cache(spec: ArchSpec = DEEPSEEK_V3, batches: Sequence[int] = (1, 4, 16, 
     per-layer numbers of :func:`mla_cache_variants`.  A dashed line marks one H200's memory.
     """
     batches = list(batches)
-    if not batches or any(not isinstance(b, int) or isinstance(b, bool) or b < 1 for b in batches):
+    if not batches or any(not is_int(b) or b < 1 for b in batches):
         raise ValueError(f"batches must be positive ints, got {batches!r}")
-    if not isinstance(max_context, int) or max_context < 1024:
-        raise ValueError(f"max_context must be an int >= 1024, got {max_context!r}")
+    check_int(max_context, "max_context", 1024)
     variants = mla_cache_variants(spec, gqa_kv_heads)
     latent = variants["MLA latent"]
     ctx = _log_contexts(max_context)
@@ -130,8 +130,7 @@ def routing_counts(n_experts: int = 16, top_k: int = 2, n_tokens: int = 48, n_em
                             ("n_tokens", n_tokens, 1), ("n_embd", n_embd, 1),
                             ("n_topics", n_topics, 1), ("balance_steps", balance_steps, 0),
                             ("seed", seed, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        check_int(value, name, lo)
     if top_k > n_experts:
         raise ValueError(f"top_k ({top_k}) must be <= n_experts ({n_experts})")
     if n_topics > n_tokens:
@@ -342,7 +341,7 @@ def mla_absorption_schematic():
     ax.set_xlim(0, 10.5)
     ax.set_ylim(0, 4.6)
     ax.set_axis_off()
-    cache_c, abs_c, plain = "#fde7c8", "#d6e6f5", "#ffffff"
+    cache_c, abs_c = "#fde7c8", "#d6e6f5"
     # lane 1: what is cached
     ax.text(0.1, 4.3, "cache", fontsize=10, fontweight="bold")
     _box(ax, 0.2, 3.4, 1.0, 0.6, "$x_t$")
@@ -396,8 +395,7 @@ def routing_schematic(n_experts: int = 8, top_k: int = 2, n_embd: int = 16, seed
     from gpt2k3.book.figures.matrices import PNGFigure
     for name, value, lo in (("n_experts", n_experts, 2), ("top_k", top_k, 1),
                             ("n_embd", n_embd, 1), ("seed", seed, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+        check_int(value, name, lo)
     if top_k >= n_experts:
         raise ValueError(f"top_k ({top_k}) must be < n_experts ({n_experts})")
     gen = torch.Generator().manual_seed(seed)

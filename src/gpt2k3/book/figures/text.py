@@ -20,7 +20,7 @@ from IPython.display import HTML
 
 from gpt2k3.book.display import fmt_bytes
 from gpt2k3.book.figures._style import PALETTE, Step, add_slider, style
-from gpt2k3.checks import check_positive_int
+from gpt2k3.checks import check_int, check_positive_int, is_int
 from gpt2k3.experiments.text_lm import MIXER_LABELS, MIXERS
 
 __all__ = ["COLORS", "text_summary", "text_table", "text_models_table", "position_mean",
@@ -382,14 +382,14 @@ def restart_effect(data: Mapping, length: int | None = None, head: int = 32) -> 
     config, shown, runs = _check(data)
     context = config["model"]["context"]
     length = max(config["lengths"]) if length is None else length
-    if isinstance(length, bool) or not isinstance(length, int) or length not in config["lengths"] \
-            or length <= context:
+    check_int(length, "length", context + 1)
+    if length not in config["lengths"]:
         raise ValueError(f"length must be one of the evaluation lengths above {context}, got {length!r}")
     bins = config["bins"].get(str(context))
     if bins is None:
         raise ValueError(f"the results hold no position bins at the training length {context}")
     edges = {a for a, _ in bins} | {b for _, b in bins}
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 < head < context or head not in edges:
+    if not is_int(head) or not 0 < head < context or head not in edges:
         raise ValueError(f"head must be a bin edge in (0, {context}), one of {sorted(edges)}, got {head!r}")
     k = length // context
     out = {}

@@ -34,6 +34,7 @@ from gpt2k3.book.figures.k3_tables import (
 )
 from gpt2k3.book.figures.k3 import k3_dashboard
 from gpt2k3.book.widgets._explorer import Explorer, explorer
+from gpt2k3.checks import check_bool, check_positive_int, is_real
 
 __all__ = ["k3_explorer", "spec_controls", "spec_from_controls", "FIELD_BOUNDS"]
 
@@ -102,8 +103,7 @@ def spec_controls(base: ArchSpec = KIMI_K3) -> dict[str, W.ValueWidget]:
 def _parse(name: str, value, base: ArchSpec):
     """The field value a control holds, checked against :data:`FIELD_BOUNDS`."""
     if name == "vision":
-        if not isinstance(value, bool):
-            raise ValueError(f"vision must be a bool (keep or drop the tower), got {value!r}")
+        check_bool(value, "vision")
         return base.vision if value else None
     if isinstance(value, str) and name not in _CHOICES:
         text = value.strip()
@@ -115,7 +115,7 @@ def _parse(name: str, value, base: ArchSpec):
         except ValueError:
             raise ValueError(f"{name} must be {'a number' if kind is float else 'an int'} or "
                              f"None, got {text!r}") from None
-    if name in FIELD_BOUNDS and not isinstance(value, bool) and isinstance(value, (int, float)):
+    if name in FIELD_BOUNDS and is_real(value):
         lo, hi = FIELD_BOUNDS[name]
         if not (isinstance(value, int) or math.isfinite(value)) or not lo <= value <= hi:
             raise ValueError(f"{name} must be in [{lo:g}, {hi:g}] in this explorer, got {value!r}")
@@ -131,8 +131,7 @@ def spec_from_controls(base: ArchSpec, values: dict, ratio: int | None) -> ArchS
         raise ValueError(f"base must be an ArchSpec, got {type(base).__name__}")
     changes = {name: _parse(name, value, base) for name, value in values.items()}
     n_layer = changes.get("n_layer", base.n_layer)
-    if not isinstance(n_layer, int) or n_layer < 1:
-        raise ValueError(f"n_layer must be a positive int, got {n_layer!r}")
+    check_positive_int(n_layer, "n_layer")
     edited = base.with_(kda_layers=(), **changes)
     return hybrid_spec(edited, ratio).with_(name=f"{base.name} (edited)")
 
