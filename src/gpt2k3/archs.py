@@ -43,10 +43,8 @@ two sources say about counting activated parameters.
 
 from __future__ import annotations
 
-import math
-
 from gpt2k3.accounting import ArchSpec, VisionTower, hybrid_layers
-from gpt2k3.checks import is_real
+from gpt2k3.checks import check_positive_number
 
 __all__ = ["CODE_READ", "GPT2_SMALL", "GPT2_MEDIUM", "GPT2_LARGE", "GPT2_XL", "GPT2_FAMILY", "DEEPSEEK_V3",
            "KIMI_K2", "KIMI_LINEAR_48B", "MOE_MODELS", "KIMI_K3", "KIMI_K3_CONFIG",
@@ -357,8 +355,7 @@ def gpt2_multiples(total: float = K3_TOTAL_PARAMS) -> dict[str, float]:
     """
     from gpt2k3.accounting import count_params
 
-    if not is_real(total) or not 0 < total < math.inf:
-        raise ValueError(f"total must be a positive, finite number of parameters, got {total!r}")
+    check_positive_number(total, "total", "finite number of parameters")
     exact = count_params(GPT2_SMALL).total
     rounded = round(exact, -6)
     return {"gpt2": exact, "gpt2_rounded": rounded, "headline": int(total // rounded),

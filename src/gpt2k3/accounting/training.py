@@ -27,10 +27,9 @@ million documents, 40 GB of text), but not how many tokens the models were train
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from gpt2k3.checks import is_real
+from gpt2k3.checks import check_positive_float
 
 __all__ = ["TrainingRun", "TRAINING_RUNS", "CLAIMED_MULTIPLIERS", "K3_REPORT",
            "k3_recipe_rows", "training_flops", "training_compute", "compute_ratio", "size_ratios"]
@@ -196,16 +195,10 @@ def k3_recipe_rows() -> list[list[str]]:
 def training_flops(n_params: float, tokens: float | None) -> float | None:
     """``6 * n_params * tokens``: the training FLOPs of ``tokens`` tokens through ``n_params``
     parameters per token; ``None`` when ``tokens`` is ``None`` (no published count)."""
-    _check_count(n_params, "n_params")
+    check_positive_float(n_params, "n_params")
     if tokens is None:
         return None
-    return 6.0 * float(n_params) * _check_count(tokens, "tokens")
-
-
-def _check_count(value, name: str) -> float:
-    if not is_real(value) or not 0 < float(value) < math.inf:
-        raise ValueError(f"{name} must be a positive, finite number, got {value!r}")
-    return float(value)
+    return 6.0 * float(n_params) * check_positive_float(tokens, "tokens")
 
 
 def training_compute(runs: tuple[TrainingRun, ...] = TRAINING_RUNS) -> list[dict]:
@@ -236,7 +229,7 @@ def compute_ratio(numerator: float | None, denominator: float | None) -> float |
     """``numerator / denominator``, or ``None`` if either is ``None`` (an unpublished count)."""
     if numerator is None or denominator is None:
         return None
-    return _check_count(numerator, "numerator") / _check_count(denominator, "denominator")
+    return check_positive_float(numerator, "numerator") / check_positive_float(denominator, "denominator")
 
 
 def size_ratios(model: str = "Kimi K3", reference: str = "GPT-2 small") -> dict:
